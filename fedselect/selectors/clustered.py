@@ -1,0 +1,457 @@
+"""Clustered sampling: one client drawn from each of m distributions that split the clients' weights."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+from ..hookspecs import hookimpl
+from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_param
+
+__all__ = ["ClusteredSamplingSelector", "allocate"]
+
+_METHODS = ("size", "similarity")
+_LINKAGES = ("ward", "single", "complete", "average", "weighted", "centroid", "median")
+_DISTANCES = ("cosine", "l2", "l1")
+_INITS = ("zeros", "probe", "size")
+_LINKAGE_INPUTS = ("distances", "rows")
+_TOL = 1e-9
+
+
+def _pour(
+    stream_c: np.ndarray, stream_m: np.ndarray, room: np.ndarray, segs: list[list[tuple[int, float]]]
+) -> None:
+    """Pour the stream of (client, mass) into the rows' free room, in row order, splitting a client
+    between consecutive rows where it does not fit (Algorithm 1's filling)."""
+    row = 0
+    for k, left in zip(stream_c.tolist(), stream_m.tolist()):
+        while left > _TOL:
+            while row < room.size - 1 and room[row] <= _TOL:
+                row += 1
+            take = left if row == room.size - 1 else min(room[row], left)  # rounding residue ends in the last row
+            segs[row].append((k, take))
+            room[row] -= take
+            left -= take
+
+
+def allocate(
+    groups: list[np.ndarray], mass: np.ndarray, m: int, *, heads: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lay the client masses ``m p_k`` into ``m`` distributions of total 1 each.
+
+    Returns the distributions as segments ``(client, length, row)``: distribution j
+    gives client k the total length of k's segments with row j. Every client's
+    segments add up to ``m p_k`` and every row to 1 (the paper's Section 3), so one draw
+    from each distribution, each weighted 1/m, is unbiased (Proposition 1).
+
+    ``heads=False`` (Algorithm 1): the clients of ``groups``, in the order given, are
+    poured into distributions 0, 1, ..., m-1, each filled up to 1 before the next; a
+    client that does not fit is split between consecutive distributions. With singleton
+    groups sorted by decreasing ``p_k`` this is the paper's Algorithm 1.
+
+    ``heads=True`` (Algorithm 2): a group heavier than one distribution (possible only
+    for a single client with ``m p_k > 1``) first takes whole distributions, its
+    remainder becoming an ordinary piece; the heaviest remaining pieces, one per free
+    distribution, each start a distribution ("the m largest clusters"); the clients of
+    the other pieces, in the order given, are poured into the room left, as above.
+
+    Parameters
+    ----------
+    groups : list of ndarray of int
+        The client groups, in filling order (clients inside a group in filling order).
+    mass : ndarray of float, shape (n_clients,)
+        ``m p_k``, summing to m.
+    m : int
+        Number of distributions.
+    heads : bool, default=False
+        Algorithm 2's layout instead of Algorithm 1's.
+
+    Returns
+    -------
+    clients, lengths, rows : ndarray
+        One entry per segment, sorted by row.
+    """
+    segs: list[list[tuple[int, float]]] = [[] for _ in range(m)]
+    room = np.ones(m)
+    groups = [np.asarray(g, dtype=np.int64) for g in groups]
+    if not heads:
+        stream = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
+        _pour(stream, mass[stream].astype(np.float64), room, segs)
+    else:
+        row = 0
+        pieces: list[tuple[np.ndarray, np.ndarray]] = []
+        for g in groups:
+            total = float(mass[g].sum())
+            if total > 1.0 + _TOL and g.size == 1:
+                whole = int(np.floor(total + _TOL))
+                for _ in range(whole):
+                    segs[row].append((int(g[0]), 1.0))
+                    room[row] = 0.0
+                    row += 1
+                if total - whole > _TOL:
+                    pieces.append((g, np.array([total - whole])))
+            elif total > 1.0 + _TOL:
+                raise ValueError("allocate: a group of several clients is heavier than one distribution")
+            elif total > 0:
+                pieces.append((g, mass[g].astype(np.float64)))
+        totals = np.array([p[1].sum() for p in pieces])
+        head_ids = set(np.argsort(-totals, kind="stable")[: m - row].tolist())
+        for i in sorted(head_ids):
+            for k, length in zip(pieces[i][0].tolist(), pieces[i][1].tolist()):
+                segs[row].append((k, length))
+            room[row] -= float(pieces[i][1].sum())
+            row += 1
+        rest = [pieces[i] for i in range(len(pieces)) if i not in head_ids]
+        if rest:
+            _pour(np.concatenate([r[0] for r in rest]), np.concatenate([r[1] for r in rest]), room, segs)
+    clients = np.array([k for s in segs for k, _ in s], dtype=np.int64)
+    lengths = np.array([x for s in segs for _, x in s], dtype=np.float64)
+    rows = np.array([j for j, s in enumerate(segs) for _ in s], dtype=np.int64)
+    return clients, lengths, rows
+
+
+class ClusteredSamplingSelector(BaseSelector):
+    """Clustered sampling (Fraboni, Vidal, Kameni and Lorenzi [1]_, ICML 2021).
+
+    The ``n = m`` places of a round are m independent draws, draw j from its own
+    distribution ``r_j`` over the clients; client k has probability ``r_{j,k}`` in
+    distribution j. The distributions satisfy (the paper's Section 3, conditions of Proposition 1)
+
+    * ``sum_k r_{j,k} = 1`` for every j, and
+    * ``sum_j r_{j,k} = m p_k`` for every client k,
+
+    so with the aggregation weight ``1/m`` for every draw (duplicates are merged by
+    the runtime and their weights summed) the aggregate is unbiased:
+    ``E[sum_j (1/m) delta_{k_j}] = sum_k p_k delta_k``, full participation's update
+    (Proposition 1); compared with multinomial (MD) sampling, its aggregation weights
+    have a smaller variance (Theorem 1). The selection may hold fewer than m distinct
+    clients (``variable_size`` is True).
+
+    ``method="size"`` (Algorithm 1, "clustered sampling based on sample size")
+        Clients are taken by decreasing ``p_k`` (ties by id) and their masses ``m p_k``
+        are poured into distributions 1, 2, ..., m in turn, each filled up to 1
+        before the next; a client is split across two (or, if ``m p_k > 1``, more)
+        consecutive distributions when it does not fit. Built at the first round (and
+        again only if ``n`` changes).
+    ``method="similarity"`` (Algorithm 2, "clustered sampling based on model similarity")
+        Each client's *representative gradient* is its latest update ``w_k - w^t``,
+        received the last time it trained (``needs = {"updates"}``: no extra training).
+        Before a round whose representatives changed, the server computes the N x N
+        distances between representatives (``distance``), builds the hierarchical
+        clustering tree (``scipy.cluster.hierarchy.linkage``, method ``linkage``), and
+        cuts it where a cluster's total weight would exceed 1/m (the official code
+        relabels every merge with the merged weight and cuts at 1/m). There are at least
+        m clusters; the m heaviest each start a distribution and the clients of the
+        others (clusters by increasing weight, clients within a cluster in random
+        order, as in the official code) fill the remaining room as in Algorithm 1. A
+        single client heavier than 1/m is a cluster of its own and takes whole
+        distributions first. Clients of one cluster thus compete for one distribution,
+        and dissimilar clients tend to be drawn together.
+
+    Representatives of clients that have not trained yet (**choice**, parameter ``init``):
+
+    ``"zeros"`` (default; the official code, ``get_gradients(model, [model] * K)``)
+        they are zero vectors. The official cosine distance of a zero vector to
+        anything is 0, so unseen clients look alike to everyone; in round 0 all
+        distances are 0, the tree is arbitrary (scipy's order of ties) and the
+        allocation no better than Algorithm 1's. No extra cost.
+    ``"probe"``
+        in the first round every client's local update is requested through
+        ``oracle.local_updates`` (N trainings, paid and recorded; the clients then
+        drawn are not trained again), so the first clustering already sees everyone.
+    ``"size"``
+        Algorithm 1 is used until every client has reported once, then Algorithm 2.
+
+    The paper's "similarity matrix" is read, by default, as the distances between
+    clients (``linkage_input="distances"``: its condensed form is passed to scipy).
+    The official code passes the square matrix itself, which scipy treats as N
+    observations whose features are the rows of distances (Euclidean between rows);
+    ``linkage_input="rows"`` reproduces that.
+
+    Memory and time of ``method="similarity"``: one float32 representative per client
+    (``4 N D`` bytes) and an N x N Gram matrix, refreshed in O(``|S|`` N D) per round for
+    the ``|S|`` clients that reported; the clustering itself is O(N^2) to O(N^3) (scipy).
+
+    Parameters
+    ----------
+    method : {"size", "similarity"}, default="size"
+        Algorithm 1 or Algorithm 2.
+    linkage : str, default="ward"
+        The ``scipy.cluster.hierarchy.linkage`` method of Algorithm 2 (the paper uses
+        Ward's): one of "ward", "single", "complete", "average", "weighted",
+        "centroid", "median".
+    distance : {"cosine", "l2", "l1"}, default="cosine"
+        Distance between representative gradients: the angle ``arccos`` of their
+        cosine similarity (the paper's and the official code's "cosine"), the Euclidean
+        distance, or the L1 distance. (The official code's "L2" is the *squared*
+        Euclidean distance, which gives the same single/complete trees.)
+    init : {"zeros", "probe", "size"}, default="zeros"
+        Representatives of clients not seen yet (see above).
+    linkage_input : {"distances", "rows"}, default="distances"
+        How the distance matrix is handed to scipy (see above).
+    random_state : None, int or numpy RandomState, default=None
+        Seeds the draws (and the order of clients inside the filler clusters).
+
+    Attributes
+    ----------
+    rng_ : numpy RandomState
+        The selection stream.
+    segments_ : tuple of ndarray
+        The current distributions as (clients, lengths, rows) segments of the line
+        ``[0, m)`` (see :func:`allocate`); use :meth:`distributions` for the matrix.
+    m_ : int or None
+        The m the current distributions were built for.
+    clusters_ : ndarray of int or None
+        Algorithm 2's cluster label of each client at the latest clustering.
+    representatives_ : ndarray of float32, shape (n_clients, D), or None
+        Algorithm 2's latest update of every client (zeros for unseen ones).
+    seen_ : ndarray of bool
+        Which clients have a representative gradient.
+    n_clusterings_ : int
+        How many times Algorithm 2 rebuilt its tree.
+
+    References
+    ----------
+    .. [1] Fraboni, Y., Vidal, R., Kameni, L., Lorenzi, M. "Clustered Sampling:
+       Low-Variance and Improved Representativity for Clients Selection in Federated
+       Learning." ICML 2021 (Algorithms 1-2, Proposition 1, Theorem 1); official code:
+       github.com/Accenture/Labs-Federated-Learning, branch ``clustered_sampling``,
+       ``py_func/clustering.py``.
+
+    Examples
+    --------
+    >>> from fedselect.selection import ClientPool
+    >>> from fedselect.testing import SyntheticOracle
+    >>> sel = ClusteredSamplingSelector(random_state=0).fit(ClientPool([10, 20, 30, 40]))
+    >>> sel.distributions(2).round(2)
+    array([[0. , 0. , 0.2, 0.8],
+           [0.2, 0.4, 0.4, 0. ]])
+    >>> s = sel.select(2, round=0, oracle=SyntheticOracle(4))
+    >>> s.weights.tolist()
+    [0.5, 0.5]
+    """
+
+    variable_size = True
+    diagnostics = ("clusters_",)  # kept by fedselect.compare with each run
+
+    def __init__(
+        self,
+        *,
+        method: str = "size",
+        linkage: str = "ward",
+        distance: str = "cosine",
+        init: str = "zeros",
+        linkage_input: str = "distances",
+        random_state: Any = None,
+    ) -> None:
+        self.method = method
+        self.linkage = linkage
+        self.distance = distance
+        self.init = init
+        self.linkage_input = linkage_input
+        self.random_state = random_state
+
+    @property
+    def needs(self) -> frozenset[str]:  # type: ignore[override]
+        """Algorithm 2 needs each reporting client's update; Algorithm 1 nothing."""
+        return frozenset({"updates"}) if self.method == "similarity" else frozenset()
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        for name, allowed in (
+            ("method", _METHODS),
+            ("linkage", _LINKAGES),
+            ("distance", _DISTANCES),
+            ("init", _INITS),
+            ("linkage_input", _LINKAGE_INPUTS),
+        ):
+            value = getattr(self, name)
+            check_param(self, name, value, isinstance(value, str) and value in allowed, f"one of {allowed}")
+
+    def _fit(self, pool: ClientPool) -> None:
+        self.rng_ = check_random_state(self.random_state)
+        self.segments_: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.m_: int | None = None
+        self.clusters_: np.ndarray | None = None
+        self.representatives_: np.ndarray | None = None
+        self.seen_ = np.zeros(self.n_clients_, dtype=bool)
+        self.n_clusterings_ = 0
+        self._gram: np.ndarray | None = None
+        self._stale = True
+
+    # -- Algorithm 1 ------------------------------------------------------------------
+    def _size_segments(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = np.argsort(-self.weights_, kind="stable")
+        return allocate([np.array([k]) for k in order], m * self.weights_, m)
+
+    # -- Algorithm 2 ------------------------------------------------------------------
+    def _distance_matrix(self) -> np.ndarray:
+        gram = self._gram if self._gram is not None else np.zeros((self.n_clients_, self.n_clients_))
+        sq = np.diag(gram).copy()
+        if self.distance == "cosine":
+            norms = np.sqrt(np.maximum(sq, 0.0))
+            denom = np.outer(norms, norms)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cos = np.where(denom > 0, gram / np.where(denom > 0, denom, 1.0), 1.0)
+            # The official code gives a zero vector distance 0 to everything (cos := 1).
+            d = np.arccos(np.clip(cos, -1.0, 1.0))
+        elif self.distance == "l2":
+            d = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * gram, 0.0))
+        else:
+            d = self._l1_matrix()
+        np.fill_diagonal(d, 0.0)
+        return 0.5 * (d + d.T)
+
+    def _l1_matrix(self) -> np.ndarray:
+        n = self.n_clients_
+        d = np.zeros((n, n))
+        if self.representatives_ is None:
+            return d
+        r = self.representatives_
+        for i in range(n):
+            d[i] = np.abs(r - r[i]).sum(axis=1, dtype=np.float64)
+        return d
+
+    def _cluster(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        from scipy.cluster.hierarchy import ClusterWarning, fcluster
+        from scipy.cluster.hierarchy import linkage as scipy_linkage
+        from scipy.spatial.distance import squareform
+
+        n = self.n_clients_
+        if n == 1:
+            self.clusters_ = np.ones(1, dtype=np.int64)
+            return self._size_segments(m)
+        d = self._distance_matrix()
+        if self.linkage_input == "rows":
+            with warnings.catch_warnings():  # scipy rightly suspects a distance matrix: here that is the point
+                warnings.simplefilter("ignore", ClusterWarning)
+                z = scipy_linkage(d, method=self.linkage)
+        else:
+            z = scipy_linkage(squareform(d, checks=False), method=self.linkage)
+        # Relabel every merge with the weight of the merged cluster (monotone, since weights are positive)
+        # and cut where a cluster would outweigh one distribution: clusters of weight <= 1/m.
+        z = z.copy()
+        w = np.concatenate([self.weights_, np.zeros(n - 1)])
+        for i in range(n - 1):
+            w[n + i] = w[int(z[i, 0])] + w[int(z[i, 1])]
+            z[i, 2] = w[n + i]
+        labels = fcluster(z, t=(1.0 / m) * (1.0 + 1e-9), criterion="distance")
+        self.clusters_ = labels.astype(np.int64)
+        self.n_clusterings_ += 1
+        ids = np.unique(labels)
+        groups = [np.flatnonzero(labels == c) for c in ids]
+        # Filler order of the official code: clusters by increasing weight, clients shuffled inside each.
+        weight = np.array([self.weights_[g].sum() for g in groups])
+        groups = [self.rng_.permutation(groups[i]) for i in np.argsort(weight, kind="stable")]
+        return allocate(groups, m * self.weights_, m, heads=True)
+
+    # -- the scheme -------------------------------------------------------------------------
+    def distributions(self, m: int | None = None) -> np.ndarray:
+        """The m x N matrix ``r_{j,k}`` of the current distributions (O(m N) memory).
+
+        Parameters
+        ----------
+        m : int, optional
+            Build Algorithm 1's distributions for this m (``method="size"`` only);
+            by default the distributions of the latest round.
+
+        Returns
+        -------
+        ndarray of float, shape (m, n_clients)
+            Each row sums to 1 and column k to ``m p_k``.
+        """
+        if m is not None:
+            clients, lengths, rows = self._size_segments(int(m))
+        else:
+            if self.segments_ is None:
+                raise ValueError(f"{type(self).__name__}.distributions: no round has been chosen yet; pass m")
+            clients, lengths, rows = self.segments_
+            m = int(self.m_)  # type: ignore[arg-type]
+        r = np.zeros((m, self.n_clients_))
+        np.add.at(r, (rows, clients), lengths)
+        return r
+
+    def _segments(self, n: int, oracle: ClientOracle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.method == "size":
+            if self.m_ != n or self.segments_ is None:
+                self.segments_, self.m_ = self._size_segments(n), n
+            return self.segments_
+        if self.init == "probe" and not self.seen_.all():
+            todo = np.flatnonzero(~self.seen_)
+            self._set_representatives(todo, oracle.local_updates(todo), round=oracle.round)
+        if self.init == "size" and not self.seen_.all():
+            self.segments_, self.m_ = self._size_segments(n), n
+            return self.segments_
+        if self._stale or self.m_ != n or self.segments_ is None:
+            self.segments_, self.m_ = self._cluster(n), n
+            self._stale = False
+        return self.segments_
+
+    def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
+        clients, lengths, rows = self._segments(n, oracle)
+        # Row j covers [j, j + 1) of the line [0, m): draw u_j uniformly there and take the segment holding it.
+        # Lengths are renormalised per row so that rounding never moves a draw into another row.
+        totals = np.bincount(rows, weights=lengths, minlength=n)
+        cs = np.cumsum(lengths)
+        first = np.searchsorted(rows, np.arange(n), side="left")
+        last = np.searchsorted(rows, np.arange(n), side="right") - 1
+        offset = np.concatenate([[0.0], cs])[first]
+        ends = rows + (cs - offset[rows]) / totals[rows]
+        ends[last] = np.arange(n) + 1.0
+        u = np.arange(n) + self.rng_.random_sample(n)
+        pos = np.minimum(np.searchsorted(ends, u, side="right"), clients.size - 1)
+        return Selection(clients[pos], np.full(n, 1.0 / n))
+
+    def _set_representatives(self, ids: np.ndarray, updates: Any, *, round: int) -> None:
+        upd = np.asarray(updates, dtype=np.float32)
+        if upd.ndim != 2 or upd.shape[0] != ids.size:
+            raise ValueError(
+                f"{type(self).__name__}: round {round}: expected one flattened update per client ({ids.size}), "
+                f"got shape {upd.shape}"
+            )
+        bad = ~np.isfinite(upd).all(axis=1)
+        if bad.any():
+            raise ValueError(
+                f"{type(self).__name__}: round {round}: the update of client(s) {ids[bad][:10].tolist()} holds "
+                "NaN or inf; the run diverged (lower the learning rate)"
+            )
+        if self.representatives_ is None:
+            self.representatives_ = np.zeros((self.n_clients_, upd.shape[1]), dtype=np.float32)
+            self._gram = np.zeros((self.n_clients_, self.n_clients_))
+        elif upd.shape[1] != self.representatives_.shape[1]:
+            raise ValueError(
+                f"{type(self).__name__}: round {round}: updates have {upd.shape[1]} entries, the stored ones "
+                f"{self.representatives_.shape[1]}"
+            )
+        ids, last = np.unique(ids[::-1], return_index=True)  # a repeated id keeps its last row
+        upd = upd[::-1][last]
+        if self.seen_[ids].all() and np.array_equal(self.representatives_[ids], upd):
+            return  # nothing new: the tree stands
+        self.representatives_[ids] = upd
+        # float32 products (no N x D float64 copy); the N x N Gram matrix itself is kept in float64.
+        rows = (self.representatives_[ids] @ self.representatives_.T).astype(np.float64)
+        self._gram[ids, :] = rows  # type: ignore[index]
+        self._gram[:, ids] = rows.T  # type: ignore[index]
+        self.seen_[ids] = True
+        self._stale = True
+
+    def _update(self, feedback: RoundFeedback) -> None:
+        if self.method != "similarity":
+            return
+        ids = np.asarray(feedback.clients, dtype=np.int64)
+        if ids.size == 0:
+            return
+        if feedback.updates is None:
+            raise ValueError(
+                f"{type(self).__name__}: round {feedback.round}: the feedback lacks the updates; the runtime must "
+                "honour needs={'updates'}"
+            )
+        self._set_representatives(ids, feedback.updates, round=int(feedback.round))
+
+
+@hookimpl
+def register_selectors(register):
+    register(ClusteredSamplingSelector, name="clustered", aliases=("clustered-sampling", "fraboni"))

@@ -1,0 +1,242 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedselect import get_selector
+from fedselect.selection import ClientPool
+from fedselect.selectors._compress import grouping_compressor, kmeans_1d, projection_compressor
+from fedselect.selectors.hcsfed import (
+    HCSFedSelector,
+    allocate,
+    cluster_cohesion,
+    kmeans,
+    round_shares,
+    systematic_pps,
+)
+from fedselect.testing import SyntheticOracle, check_selector
+
+from .test_unbiased import FixedUpdatesOracle, make_problem
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"compressor": "projection", "compression_rate": 0.3, "cohesion": "mean-pairwise"},
+        {"rounding": "largest-remainder", "n_clusters": 2, "compression_rate": 1.0},
+    ],
+)
+def test_conformance(params):
+    check_selector(HCSFedSelector(**params), n_rounds=12)
+
+
+def test_registered():
+    assert isinstance(get_selector("hcsfed", n_clusters=3), HCSFedSelector)
+
+
+# -- the pieces ----------------------------------------------------------------------
+def test_kmeans_1d_is_a_fixed_point_of_lloyd():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-2, 0.3, 500), rng.normal(0, 0.1, 300), rng.normal(3, 0.5, 200)])
+    labels = kmeans_1d(x, 3)
+    assert labels.max() + 1 == 3
+    centres = np.array([x[labels == g].mean() for g in range(3)])
+    assert np.all(np.diff(centres) > 0)
+    nearest = np.abs(x[:, None] - centres[None, :]).argmin(1)
+    assert np.array_equal(nearest, labels)  # converged: every value sits with its nearest centre
+    np.testing.assert_allclose(np.sort(centres), [-2, 0, 3], atol=0.15)
+
+
+def test_kmeans_1d_degenerate_and_large():
+    assert np.all(kmeans_1d(np.zeros(100), 10) == 0)
+    assert kmeans_1d(np.array([1.0, 1.0, 2.0, 2.0, 3.0]), 10).max() + 1 == 3
+    x = np.random.default_rng(1).normal(size=50_000)
+    labels = kmeans_1d(x, 500)
+    assert labels.shape == x.shape and labels.max() < 500
+
+
+def test_grouping_compressor_sends_group_means():
+    rng = np.random.RandomState(0)
+    w = np.random.default_rng(0).normal(size=200).astype(np.float32)
+    transform = grouping_compressor(w, rng, rate=0.05)
+    labels = kmeans_1d(w, 10)
+    u = np.random.default_rng(1).normal(size=200).astype(np.float32)
+    out = transform(u)
+    assert out.dtype == np.float32 and out.shape == (labels.max() + 1,) and out.size <= 10
+    np.testing.assert_allclose(out, [u[labels == g].mean() for g in range(out.size)], rtol=1e-5)
+    # Rate 1 with distinct values: one group per parameter, so the upload is the update itself (permuted).
+    full = grouping_compressor(w, rng, rate=1.0)(u)
+    np.testing.assert_allclose(np.sort(full), np.sort(u), rtol=1e-6)
+
+
+def test_projection_compressor_seeded_from_rng():
+    w = np.zeros(300, dtype=np.float32)
+    u = np.random.default_rng(0).normal(size=300).astype(np.float32)
+    a = projection_compressor(w, np.random.RandomState(5), rate=0.1)(u)
+    b = projection_compressor(w, np.random.RandomState(5), rate=0.1)(u)
+    c = projection_compressor(w, np.random.RandomState(6), rate=0.1)(u)
+    assert a.shape == (30,) and np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_kmeans_finds_separated_groups():
+    _, oracle = make_problem(0)
+    labels = kmeans(oracle.updates / np.linalg.norm(oracle.updates, axis=1, keepdims=True), 4, np.random.RandomState(0))
+    truth = np.arange(24) % 4
+    # Same partition up to renaming.
+    assert len({(a, b) for a, b in zip(labels, truth)}) == 4
+    assert kmeans(np.ones((5, 3)), 3, np.random.RandomState(0)).tolist() == [0] * 5
+
+
+def test_cohesion_matches_pairwise_definition():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(9, 4))
+    labels = np.array([0, 0, 0, 1, 1, 1, 1, 2, 0])
+    paper = cluster_cohesion(X, labels, "paper")
+    mean = cluster_cohesion(X, labels, "mean-pairwise")
+    for h in range(3):
+        Xh = X[labels == h]
+        nh = len(Xh)
+        pair = sum(np.sum((Xh[i] - Xh[j]) ** 2) for i in range(nh) for j in range(nh) if i != j)
+        assert paper[h] == pytest.approx(pair / (nh - 1) if nh > 1 else 0.0)
+        assert mean[h] == pytest.approx(pair / (nh * (nh - 1)) if nh > 1 else 0.0)
+    assert paper[2] == 0.0  # singleton
+
+
+def test_allocate_eq5_caps_and_fallbacks():
+    sizes = np.array([10, 5, 3])
+    S = np.array([1.0, 2.0, 0.5])
+    np.testing.assert_allclose(allocate(sizes, S, 6), 6 * sizes * S / np.sum(sizes * S))
+    # Cluster 1 would get 9 * 40/55 > 2 places: capped at N_h = 2, the excess re-shared.
+    capped = allocate(np.array([2, 10, 10]), np.array([20.0, 1.0, 0.5]), 9)
+    assert capped[0] == pytest.approx(2.0) and capped.sum() == pytest.approx(9.0)
+    assert capped[1] / capped[2] == pytest.approx(2.0)
+    # All S_h = 0: plain cluster sampling, m N_h / N.
+    np.testing.assert_allclose(allocate(sizes, np.zeros(3), 9), 9 * sizes / 18)
+    # Positive clusters full, budget left: the rest goes to zero-cohesion clusters by size.
+    left = allocate(np.array([2, 1, 3]), np.array([1.0, 0.0, 0.0]), 4)
+    np.testing.assert_allclose(left, [2.0, 0.5, 1.5])
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        sizes = rng.integers(1, 8, size=rng.integers(1, 7))
+        S = rng.exponential(size=sizes.size) * (rng.random(sizes.size) < 0.7)
+        m = int(rng.integers(1, sizes.sum() + 1))
+        shares = allocate(sizes, S, m)
+        assert shares.sum() == pytest.approx(m) and np.all(shares <= sizes + 1e-9) and np.all(shares >= 0)
+
+
+def test_systematic_rounding_exact_total_and_unbiased():
+    rng = np.random.RandomState(0)
+    shares = np.array([0.3, 2.45, 1.0, 0.0, 3.25])  # sum 7
+    draws = np.array([round_shares(shares, rng) for _ in range(20_000)])
+    assert np.all(draws.sum(1) == 7)
+    assert np.all((draws == np.floor(shares)) | (draws == np.ceil(shares)))
+    se = np.sqrt((shares % 1) * (1 - shares % 1) / len(draws)) + 1e-12
+    assert np.all(np.abs(draws.mean(0) - shares) <= 4 * se)
+    np.testing.assert_array_equal(round_shares(shares, rng, "largest-remainder"), [0, 3, 1, 0, 3])
+
+
+def test_systematic_pps_inclusion_probabilities_exact():
+    rng = np.random.RandomState(0)
+    pi = np.array([1.0, 0.1, 0.5, 0.9, 0.0, 0.25, 0.25])  # sum 3
+    T = 20_000
+    counts = np.zeros(pi.size)
+    for _ in range(T):
+        chosen = systematic_pps(pi, rng)
+        assert chosen.size == 3 and np.unique(chosen).size == 3
+        counts[chosen] += 1
+    se = np.sqrt(pi * (1 - pi) / T) + 1e-12
+    assert np.all(np.abs(counts / T - pi) <= 4 * se)
+
+
+# -- the selector ----------------------------------------------------------------------
+def test_every_round_allocation_sums_to_n_within_cluster_sizes():
+    pool = ClientPool(np.random.default_rng(0).integers(10, 200, size=30))
+    sel = HCSFedSelector(n_clusters=6, compression_rate=0.3, random_state=0).fit(pool)
+    oracle = SyntheticOracle(30, n_samples=pool.n_samples, random_state=0)
+    for t in range(15):
+        s = sel.select(7, round=t, oracle=oracle)
+        sizes = np.bincount(sel.labels_)
+        assert sel.allocation_.sum() == 7 and len(s) == 7 and np.unique(s.clients).size == 7
+        assert np.all(sel.allocation_ <= sizes)
+        assert np.all(sel.shares_ <= sizes + 1e-9)
+        assert sel.inclusion_.sum() == pytest.approx(7.0)  # sum_k pi_k = sum_h E[m_h] = m
+        assert np.all(np.bincount(sel.labels_[s.clients], minlength=sizes.size) == sel.allocation_)
+        np.testing.assert_allclose(s.weights, pool.weights[s.clients] / sel.inclusion_[s.clients])
+        oracle.run_round(s)
+
+
+def test_marginal_inclusion_probabilities_match_frequencies():
+    # Four far-apart groups with unequal spreads: k-means finds them every round, the shares are fractional.
+    rng = np.random.default_rng(0)
+    groups = np.arange(24) % 4
+    spread = np.array([0.2, 0.5, 1.0, 0.3])[groups, None]
+    updates = 10 * np.eye(4, 8)[groups] + spread * rng.normal(size=(24, 8))
+    oracle = FixedUpdatesOracle(updates, rng.normal(size=8), np.ones(24))
+    pool = ClientPool(rng.integers(10, 300, size=24))
+    sel = HCSFedSelector(n_clusters=4, compression_rate=1.0, random_state=0).fit(pool)
+    T = 1500
+    counts = np.zeros(pool.n_clients)
+    shares = []
+    for t in range(T):
+        counts[sel.select(5, round=t, oracle=oracle).clients] += 1
+        shares.append(np.sort(sel.shares_))
+        if t == 0:
+            pi = sel.inclusion_.copy()
+        else:  # fixed updates and well-separated groups: the same design every round
+            np.testing.assert_allclose(sel.inclusion_, pi, atol=1e-9)
+    assert np.any(np.asarray(shares)[0] % 1 > 0.05)  # the rounding is really random here
+    se = np.sqrt(pi * (1 - pi) / T) + 1e-12
+    assert np.all(np.abs(counts / T - pi) <= 4.5 * se)
+
+
+def test_every_client_trains_and_uploads_compressed():
+    oracle = SyntheticOracle(20, dim=40, random_state=0)
+    sel = HCSFedSelector(n_clusters=3, compression_rate=0.1, random_state=0).fit(ClientPool(oracle.n_samples))
+    sel.select(4, round=0, oracle=oracle)
+    assert oracle.costs.local_trainings == 20
+    assert oracle.costs.floats_up == 20 * sel.compressed_dim_ and sel.compressed_dim_ <= 4
+
+
+def test_callable_compressor():
+    calls = []
+
+    def first_two(global_params, rng):
+        calls.append(global_params.shape)
+        return lambda u: u[:2]
+
+    oracle = SyntheticOracle(12, random_state=0)
+    sel = HCSFedSelector(n_clusters=2, compressor=first_two, random_state=0).fit(ClientPool(oracle.n_samples))
+    sel.select(3, round=0, oracle=oracle)
+    assert calls == [(20,)] and sel.compressed_dim_ == 2
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"n_clusters": 0}, "n_clusters=0"),
+        ({"n_clusters": 2.5}, "n_clusters=2.5"),
+        ({"compression_rate": 0.0}, "compression_rate=0.0"),
+        ({"compression_rate": 1.5}, "compression_rate=1.5"),
+        ({"compressor": "topk"}, "compressor='topk'"),
+        ({"cohesion": "variance"}, "cohesion='variance'"),
+        ({"rounding": "floor"}, "rounding='floor'"),
+    ],
+)
+def test_bad_parameters(params, match):
+    with pytest.raises(ValueError, match=match):
+        HCSFedSelector(**params).fit(ClientPool([10] * 8))
+
+
+def test_too_many_clusters_named_in_fit():
+    with pytest.raises(ValueError, match=r"n_clusters=9.*N=8"):
+        HCSFedSelector(n_clusters=9).fit(ClientPool([10] * 8))
+
+
+def test_nan_updates_name_the_round():
+    updates = np.ones((6, 4), dtype=np.float32)
+    updates[2, 1] = np.nan
+    oracle = FixedUpdatesOracle(updates, np.arange(4.0), np.ones(6))
+    sel = HCSFedSelector(n_clusters=2, compression_rate=1.0, random_state=0).fit(ClientPool([10] * 6))
+    with pytest.raises(ValueError, match=r"round 3.*client\(s\) \[2\]"):
+        sel.select(2, round=3, oracle=oracle)
