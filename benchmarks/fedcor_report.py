@@ -3,7 +3,8 @@
 Reads benchmarks/results/fedcor-fmnist-{2spc,1spc,dir}/runs/*.json (whatever has finished),
 and writes into benchmarks/results/fedcor/:
 
-- REPORT.md: per setting, rounds to the target (mean ± std over seeds; N/A if any seed missed)
+- REPORT.md: per setting, rounds to the target (mean ± std over seeds; N/A if any seed
+  missed, then the seeds that reached it)
   side by side with the paper's Table 1, communication to the target, every (method, seed) cell
   with the command and commit that produced it (missing cells listed as missing);
 - accuracy_<setting>.png (like the paper's Fig. 4), selection_<setting>.png (Fig. 6),

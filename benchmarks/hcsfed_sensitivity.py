@@ -103,7 +103,8 @@ def main() -> None:
             cell = run_cell(fed, trainer, h, r, seed)
             cells.append(cell)
             print(json.dumps(cell), flush=True)
-            path.write_text(json.dumps({"preset": args.preset, "trainer": trainer, "cells": cells}, indent=1))
+            path.write_text(json.dumps({"preset": args.preset, "trainer": trainer, "fixed_rate": args.fixed_rate,
+                                          "fixed_clusters": args.fixed_clusters, "cells": cells}, indent=1))
     text = table(cells, trainer["target_accuracy"])
     (args.out / "sensitivity.md").write_text(
         f"HCSFed sensitivity ({args.preset}, {trainer['rounds']} rounds; the paper's Fig. 4 on FMNIST)\n\n{text}\n"

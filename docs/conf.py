@@ -34,6 +34,7 @@ extensions = [
     "sphinx.ext.viewcode",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
+    "myst_parser",
 ]
 
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "auto_examples/*.ipynb", "auto_examples/*.py",
@@ -72,6 +73,44 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
     "show_memory": False,
 }
+
+# -- Reproductions: the recorded reports of benchmarks/results, copied into the doc tree -----
+# The reports are Markdown written by the benchmark scripts next to their figures; copying
+# each report with the PNGs beside it keeps their relative image links valid.
+REPORTS = {
+    "fedcor": "REPORT.md",
+    "fedcor-diagnostics": "DIAGNOSTICS.md",
+    "hcsfed": "REPORT.md",
+    "ldcs": "REPORT.md",
+}
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+myst_heading_anchors = 2
+
+
+def _copy_reports() -> None:
+    import shutil
+
+    dest_root = Path(__file__).resolve().parent / "reproductions"
+    for name, report in REPORTS.items():
+        src = ROOT / "benchmarks" / "results" / name
+        dest = dest_root / name
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        if not (src / report).exists():
+            missing = f"`benchmarks/results/{name}/{report}` is missing"
+            (dest / "REPORT.md").write_text(f"# {name}\n\nNot recorded yet: {missing}.\n")
+            continue
+        shutil.copy2(src / report, dest / "REPORT.md")
+        for png in src.rglob("*.png"):
+            if "runs" in png.relative_to(src).parts:
+                continue
+            target = dest / png.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(png, target)
+
+
+_copy_reports()
 
 # -- HTML ----------------------------------------------------------------------------------
 html_theme = "furo"

@@ -136,7 +136,11 @@ class Comparison:
         return out
 
     def to_markdown(self) -> str:
-        """The table as Markdown; a rounds cell is N/A when any seed missed the target."""
+        """The table as Markdown.
+
+        A rounds cell is N/A when any seed missed the target (followed by the mean of the
+        seeds that reached it); the cost columns average the seeds that reached it.
+        """
         paper = any("paper" in r for r in self.rows())
         head = ["scheme", f"rounds to {self.target:.0%}", "reached", "final acc", "best acc",
                 "Mfloats to target", "models down", "losses up", "trainings", "s / run"]
@@ -146,7 +150,10 @@ class Comparison:
         for r in self.rows():
             hs = list(self.histories[r["scheme"]].values())
             rounds = [x for x in r["rounds_to_target_each"] if x is not None]
-            cell = "N/A" if r["reached"] < r["seeds"] else _fmt_mean_std(rounds)
+            if r["reached"] == r["seeds"]:
+                cell = _fmt_mean_std(rounds)
+            else:  # the paper's N/A, and what the seeds that did reach it took
+                cell = "N/A" if not rounds else f"N/A ({len(rounds)} reached: {_fmt_mean_std(rounds)})"
             vals = [
                 r["scheme"], cell, f"{r['reached']}/{r['seeds']}",
                 f"{r['final_accuracy']:.3f}" if hs else "-", f"{r['best_accuracy']:.3f}" if hs else "-",
