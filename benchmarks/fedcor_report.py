@@ -60,7 +60,10 @@ def _tsne(cells: list[dict], preset_name: str, out: Path) -> str | None:
     fig, ax = plt.subplots(figsize=(5.5, 4.8), constrained_layout=True)
     sc = ax.scatter(emb[:, 0], emb[:, 1], c=label, cmap="tab10", s=28)
     ax.legend(*sc.legend_elements(), title="label", fontsize="x-small", loc="best", ncols=2)
-    ax.set_title(f"FedCor embeddings, {preset_name}, seed {cell['seed']} (t-SNE, unit-normalised)")
+    ax.set_title(
+        f"FedCor embeddings, {preset_name}, seed {cell['seed']}\n(t-SNE of the unit-normalised embeddings)",
+        fontsize="medium",
+    )
     ax.set_xticks([])
     ax.set_yticks([])
     fig.savefig(out / "tsne_1spc.png", dpi=120)
