@@ -182,7 +182,13 @@ class ClusteredSamplingSelector(BaseSelector):
     linkage : str, default="ward"
         The ``scipy.cluster.hierarchy.linkage`` method of Algorithm 2 (the paper uses
         Ward's): one of "ward", "single", "complete", "average", "weighted",
-        "centroid", "median".
+        "centroid", "median". Ward, centroid and median linkage assume Euclidean
+        distances; the arccos angles of ``distance="cosine"`` are not Euclidean, so with
+        ``linkage_input="distances"`` the tree is Ward's update rule applied outside its
+        assumptions (as in the paper's code). The cut uses cluster weights, not merge
+        heights, so only the tree's shape matters; ``linkage_input="rows"`` (each row
+        of the distance matrix as a Euclidean feature vector) or an "average" linkage
+        avoids the issue.
     distance : {"cosine", "l2", "l1"}, default="cosine"
         Distance between representative gradients: the angle ``arccos`` of their
         cosine similarity (the paper's and the official code's "cosine"), the Euclidean

@@ -23,7 +23,8 @@ __all__ = [
     "systematic_pps",
 ]
 
-_COHESIONS = ("paper", "mean-pairwise")
+_COHESIONS = ("paper", "mean-pairwise", "std")
+_INITS = ("random", "k-means++")
 _ROUNDINGS = ("systematic", "largest-remainder")
 _TOL = 1e-9
 
@@ -32,15 +33,23 @@ _TOL = 1e-9
 # The pieces, each usable (and tested) on its own
 # ---------------------------------------------------------------------------------------
 def kmeans(
-    X: np.ndarray, n_clusters: int, rng: np.random.RandomState, *, n_init: int = 3, max_iter: int = 100
+    X: np.ndarray,
+    n_clusters: int,
+    rng: np.random.RandomState,
+    *,
+    init: str = "random",
+    n_init: int = 10,
+    max_iter: int = 100,
 ) -> np.ndarray:
-    """k-means of the rows of ``X`` (HCSFed's Algorithm 1), best of ``n_init`` k-means++ starts.
+    """k-means of the rows of ``X`` (HCSFed's Algorithm 1), best of ``n_init`` starts.
 
     Algorithm 1 alternates nearest-centre assignment (line 5) and centre = cluster mean
     (line 9) until the centres stop moving (line 12); it starts from H random clients
-    (line 1). Here the H starting clients are drawn by k-means++ (each next one with
-    probability proportional to its squared distance to the chosen ones), which is
-    still "H clients as centres" but avoids the poor starts of uniform draws, and the
+    (line 1). ``init="random"`` does exactly that (H distinct clients drawn uniformly);
+    ``init="k-means++"`` draws each next starting client with probability proportional
+    to its squared distance to the chosen ones, which lowers the within-cluster sum of
+    squares but favours outlying clients as centres, so more of them end up as
+    singleton clusters (and a singleton has S_h = 0, hence no share under Eq. 5). The
     run with the lowest within-cluster sum of squares is kept. A small NumPy
     implementation: for N ~ 100 points it is an order of magnitude faster than
     scikit-learn's KMeans, whose per-call overhead (~7 ms) dominates at this size and
@@ -52,7 +61,11 @@ def kmeans(
     n_clusters : int
         H. Fewer non-empty clusters come back if ``X`` has fewer distinct rows.
     rng : numpy RandomState
-    n_init : int, default=3
+    init : {"random", "k-means++"}, default="random"
+        How the H starting clients are drawn (see above).
+    n_init : int, default=10
+        Restarts; the paper's single run with random starts often merges two separated
+        groups (about 2 runs in 3 for 4 equal groups of 6), 10 restarts rarely do.
     max_iter : int, default=100
 
     Returns
@@ -60,22 +73,27 @@ def kmeans(
     labels : ndarray of int64, shape (N,)
         Cluster ids 0..H'-1, all non-empty.
     """
+    if init not in _INITS:
+        raise ValueError(f"kmeans: init={init!r}; expected one of {list(_INITS)}")
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
     sq_norms = (X**2).sum(1)
     best_labels, best_inertia = np.zeros(n, dtype=np.int64), np.inf
     for _ in range(max(1, n_init)):
-        first = int(rng.randint(n))
-        centres = [X[first]]
-        d2 = ((X - X[first]) ** 2).sum(1)
-        while len(centres) < n_clusters:
-            total = d2.sum()
-            if total <= 0:  # fewer distinct rows than clusters
-                break
-            i = int(min(np.searchsorted(np.cumsum(d2), rng.uniform() * total, side="right"), n - 1))
-            centres.append(X[i])
-            d2 = np.minimum(d2, ((X - X[i]) ** 2).sum(1))
-        C = np.array(centres)
+        if init == "random":
+            C = np.unique(X[rng.choice(n, min(n_clusters, n), replace=False)], axis=0)
+        else:
+            first = int(rng.randint(n))
+            centres = [X[first]]
+            d2 = ((X - X[first]) ** 2).sum(1)
+            while len(centres) < n_clusters:
+                total = d2.sum()
+                if total <= 0:  # fewer distinct rows than clusters
+                    break
+                i = int(min(np.searchsorted(np.cumsum(d2), rng.uniform() * total, side="right"), n - 1))
+                centres.append(X[i])
+                d2 = np.minimum(d2, ((X - X[i]) ** 2).sum(1))
+            C = np.array(centres)
         k = C.shape[0]
         labels = np.full(n, -1, dtype=np.int64)
         for _ in range(max_iter):
@@ -107,10 +125,14 @@ def cluster_cohesion(X: np.ndarray, labels: np.ndarray, kind: str = "paper") -> 
     X : ndarray, shape (N, d)
     labels : ndarray of int, shape (N,)
         Cluster ids 0..H-1.
-    kind : {"paper", "mean-pairwise"}
+    kind : {"paper", "mean-pairwise", "std"}
         ``"paper"``: ``S_h = 1/(N_h - 1) sum_{i != j} ||X^i - X^j||^2`` as printed;
         ``"mean-pairwise"``: the mean over the ``N_h (N_h - 1)`` ordered pairs (so
-        ``N_h S_h`` in Eq. 5 grows like N_h rather than N_h^2). A singleton has S_h = 0.
+        ``N_h S_h`` in Eq. 5 grows like N_h rather than N_h^2); ``"std"``: the
+        within-cluster standard deviation ``sqrt(sum_{i in h} ||X^i - mean_h||^2 / (N_h - 1))``,
+        the S_h of the stratified-sampling identity behind Eq. 8 (Neyman allocation,
+        ``m_h`` proportional to ``N_h S_h``), under which Theorem 1's variance reduction is
+        derived. A singleton has S_h = 0.
 
     Returns
     -------
@@ -124,8 +146,14 @@ def cluster_cohesion(X: np.ndarray, labels: np.ndarray, kind: str = "paper") -> 
         nh = Xh.shape[0]
         if nh < 2:
             continue
-        pair_sum = 2.0 * nh * float(((Xh - Xh.mean(0)) ** 2).sum())
-        S[h] = pair_sum / (nh - 1) if kind == "paper" else pair_sum / (nh * (nh - 1))
+        within = float(((Xh - Xh.mean(0)) ** 2).sum())
+        pair_sum = 2.0 * nh * within
+        if kind == "paper":
+            S[h] = pair_sum / (nh - 1)
+        elif kind == "mean-pairwise":
+            S[h] = pair_sum / (nh * (nh - 1))
+        else:
+            S[h] = math.sqrt(within / (nh - 1))
     return S
 
 
@@ -270,13 +298,14 @@ class HCSFedSelector(BaseSelector):
        price; a chosen client's training is that same update, never repeated).
        ``compressor="grouping"`` (SPEC's **choice**; the paper's appendix A.2 with its
        procedure is missing): the D parameters are split into ``ceil(R * D)`` groups
-       by exact 1-D k-means on the values of w^t (quantile start, Lloyd iterations) and
+       by 1-D k-means on the values of w^t (quantile start, Lloyd iterations) and
        each client sends the per-group mean of its update (weight sharing after Han et
        al.). ``"projection"``: a Gaussian random projection to ``ceil(R * D)`` dims,
        its seed drawn from the selector's stream each round. A callable
        ``compressor(global_params, rng) -> transform`` plugs in any other reading.
     2. **Clustering** (Algorithm 1): k-means of the X_t^k into H = ``n_clusters``
-       clusters (:func:`kmeans`).
+       clusters (:func:`kmeans`), started from H random clients as Algorithm 1, line 1
+       says (``kmeans_init``).
     3. **Sample-size re-allocation** (Eq. 5): cluster h gets the real share
        ``m N_h S_h / sum_h N_h S_h`` (:func:`cluster_cohesion`, :func:`allocate`), capped
        at N_h with the excess re-shared; if every S_h is 0, shares are ``m N_h / N``
@@ -293,7 +322,8 @@ class HCSFedSelector(BaseSelector):
        probability over the rounding of m_h:
        ``pi_k = (1 - f_h) pi_k(floor s_h) + f_h pi_k(ceil s_h)`` with f_h the fractional
        part of the share s_h. So ``E[sum_{k in S} p_k / pi_k G_k] = sum_k p_k G_k``,
-       full participation, given the clustering (the paper's ``sum (N/m) omega_k w_k``
+       full participation, given the clustering and provided every client has
+       pi_k > 0 (see the known limit below; the paper's ``sum (N/m) omega_k w_k``
        is the uniform special case of Algorithm 2, line 15). With
        ``rounding="largest-remainder"``, m_h is fixed and pi_k = pi_k(m_h).
 
@@ -314,9 +344,14 @@ class HCSFedSelector(BaseSelector):
         R = d'/d in (0, 1].
     compressor : {"grouping", "projection"} or callable, default="grouping"
         How clients compress their updates (see step 1).
-    cohesion : {"paper", "mean-pairwise"}, default="paper"
-        S_h of Eq. 5: as printed, ``1/(N_h - 1) sum_{i != j} ||X^i - X^j||^2``, or the
-        mean pairwise squared distance (weighs cluster size less).
+    cohesion : {"paper", "mean-pairwise", "std"}, default="paper"
+        S_h of Eq. 5: as printed, ``1/(N_h - 1) sum_{i != j} ||X^i - X^j||^2``; the
+        mean pairwise squared distance (weighs cluster size less); or the within-cluster
+        standard deviation, the reading under which Eq. 8 and Theorem 1 hold (Neyman
+        allocation; see :func:`cluster_cohesion`).
+    kmeans_init : {"random", "k-means++"}, default="random"
+        The starting centres of k-means: H random clients (Algorithm 1, line 1) or
+        k-means++ (more singleton clusters of outlying clients, which Eq. 5 then skips).
     rounding : {"systematic", "largest-remainder"}, default="systematic"
         How the shares of Eq. 5 become integers (see :func:`round_shares`).
     random_state : None, int or numpy RandomState, default=None
@@ -335,7 +370,8 @@ class HCSFedSelector(BaseSelector):
     allocation_ : ndarray of int or None
         m_h of the latest round.
     inclusion_ : ndarray of float or None
-        Every client's marginal inclusion probability pi_k in the latest round.
+        Every client's marginal inclusion probability pi_k in the latest round (0 for the clients
+        Eq. 5 or Eq. 6 skipped that round: a singleton or zero-cohesion cluster, a zero update).
     compressed_dim_ : int or None
         d', the length of the compressed updates in the latest round.
 
@@ -362,6 +398,7 @@ class HCSFedSelector(BaseSelector):
         compression_rate: float = 0.01,
         compressor: Any = "grouping",
         cohesion: str = "paper",
+        kmeans_init: str = "random",
         rounding: str = "systematic",
         random_state: Any = None,
     ) -> None:
@@ -369,6 +406,7 @@ class HCSFedSelector(BaseSelector):
         self.compression_rate = compression_rate
         self.compressor = compressor
         self.cohesion = cohesion
+        self.kmeans_init = kmeans_init
         self.rounding = rounding
         self.random_state = random_state
 
@@ -387,6 +425,9 @@ class HCSFedSelector(BaseSelector):
             f"one of {sorted(COMPRESSORS)} or a callable compressor(global_params, rng) -> transform",
         )
         check_param(self, "cohesion", self.cohesion, self.cohesion in _COHESIONS, f"one of {list(_COHESIONS)}")
+        check_param(
+            self, "kmeans_init", self.kmeans_init, self.kmeans_init in _INITS, f"one of {list(_INITS)}"
+        )
         check_param(self, "rounding", self.rounding, self.rounding in _ROUNDINGS, f"one of {list(_ROUNDINGS)}")
 
     def _fit(self, pool: ClientPool) -> None:
@@ -420,7 +461,7 @@ class HCSFedSelector(BaseSelector):
                 f"{bad[:5].tolist()} contain NaN or inf (a diverged local training; lower the learning rate)"
             )
 
-        labels = kmeans(X, int(self.n_clusters), rng)
+        labels = kmeans(X, int(self.n_clusters), rng, init=self.kmeans_init)
         H = int(labels.max()) + 1
         sizes = np.bincount(labels, minlength=H)
         S = cluster_cohesion(X, labels, self.cohesion)

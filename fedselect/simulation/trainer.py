@@ -67,6 +67,7 @@ class SimulationOracle(ClientOracle):
         self._holding: set[int] = set()  # clients that received w^t this round
         self._loss_cache: dict[int, float] = {}
         self._update_cache: dict[int, torch.Tensor] = {}
+        self._uploaded: set[int] = set()  # clients whose full update already went up this round
 
     # -- helpers --------------------------------------------------------------------
     def _ids(self, ids: Any, what: str) -> np.ndarray:
@@ -148,7 +149,9 @@ class SimulationOracle(ClientOracle):
         for k in ids.tolist():
             u = self._update_cache[k].numpy().astype(np.float32, copy=True)
             if transform is None:
-                self.costs.models_up += 1
+                if k not in self._uploaded:  # the server keeps what it received
+                    self.costs.models_up += 1
+                    self._uploaded.add(k)
                 rows.append(u)
             else:
                 t = np.asarray(transform(u), dtype=np.float32).reshape(-1)
@@ -440,7 +443,7 @@ class FederatedTrainer(BaseEstimator):
         if unknown.any():
             before[unknown] = oracle._eval(theta, ids[unknown])
             costs.scalars_up += int(unknown.sum())
-        costs.models_up += int(ids.size)
+        costs.models_up += sum(1 for k in ids.tolist() if k not in oracle._uploaded)
         stacked = torch.stack([oracle._update_cache[int(k)] for k in ids])
         weights = self._rule_weights(selection)
         new_theta = theta + (torch.from_numpy(np.asarray(weights, dtype=np.float32)).unsqueeze(1) * stacked).sum(0)

@@ -25,6 +25,7 @@ from .test_unbiased import FixedUpdatesOracle, make_problem
         {},
         {"compressor": "projection", "compression_rate": 0.3, "cohesion": "mean-pairwise"},
         {"rounding": "largest-remainder", "n_clusters": 2, "compression_rate": 1.0},
+        {"cohesion": "std", "kmeans_init": "k-means++"},
     ],
 )
 def test_conformance(params):
@@ -79,13 +80,18 @@ def test_projection_compressor_seeded_from_rng():
     assert a.shape == (30,) and np.array_equal(a, b) and not np.array_equal(a, c)
 
 
-def test_kmeans_finds_separated_groups():
+@pytest.mark.parametrize("init", ["random", "k-means++"])
+def test_kmeans_finds_separated_groups(init):
     _, oracle = make_problem(0)
-    labels = kmeans(oracle.updates / np.linalg.norm(oracle.updates, axis=1, keepdims=True), 4, np.random.RandomState(0))
+    X = oracle.updates / np.linalg.norm(oracle.updates, axis=1, keepdims=True)
     truth = np.arange(24) % 4
-    # Same partition up to renaming.
-    assert len({(a, b) for a, b in zip(labels, truth)}) == 4
-    assert kmeans(np.ones((5, 3)), 3, np.random.RandomState(0)).tolist() == [0] * 5
+    for seed in range(20):
+        labels = kmeans(X, 4, np.random.RandomState(seed), init=init)
+        # Same partition up to renaming.
+        assert len({(a, b) for a, b in zip(labels, truth)}) == 4, seed
+    assert kmeans(np.ones((5, 3)), 3, np.random.RandomState(0), init=init).tolist() == [0] * 5
+    with pytest.raises(ValueError, match="init='bad'"):
+        kmeans(X, 4, np.random.RandomState(0), init="bad")
 
 
 def test_cohesion_matches_pairwise_definition():
@@ -94,13 +100,16 @@ def test_cohesion_matches_pairwise_definition():
     labels = np.array([0, 0, 0, 1, 1, 1, 1, 2, 0])
     paper = cluster_cohesion(X, labels, "paper")
     mean = cluster_cohesion(X, labels, "mean-pairwise")
+    std = cluster_cohesion(X, labels, "std")
     for h in range(3):
         Xh = X[labels == h]
         nh = len(Xh)
         pair = sum(np.sum((Xh[i] - Xh[j]) ** 2) for i in range(nh) for j in range(nh) if i != j)
         assert paper[h] == pytest.approx(pair / (nh - 1) if nh > 1 else 0.0)
         assert mean[h] == pytest.approx(pair / (nh * (nh - 1)) if nh > 1 else 0.0)
-    assert paper[2] == 0.0  # singleton
+        # the within-cluster standard deviation: its square is half the mean pairwise distance
+        assert std[h] == pytest.approx(np.sqrt(np.sum(Xh.var(0, ddof=1))) if nh > 1 else 0.0)
+    assert paper[2] == 0.0 == std[2]  # singleton
 
 
 def test_allocate_eq5_caps_and_fallbacks():
@@ -174,7 +183,8 @@ def test_marginal_inclusion_probabilities_match_frequencies():
     updates = 10 * np.eye(4, 8)[groups] + spread * rng.normal(size=(24, 8))
     oracle = FixedUpdatesOracle(updates, rng.normal(size=8), np.ones(24))
     pool = ClientPool(rng.integers(10, 300, size=24))
-    sel = HCSFedSelector(n_clusters=4, compression_rate=1.0, random_state=0).fit(pool)
+    # k-means++ starts find the four groups every round, so the design is the same every round.
+    sel = HCSFedSelector(n_clusters=4, compression_rate=1.0, kmeans_init="k-means++", random_state=0).fit(pool)
     T = 1500
     counts = np.zeros(pool.n_clients)
     shares = []
@@ -221,6 +231,7 @@ def test_callable_compressor():
         ({"compressor": "topk"}, "compressor='topk'"),
         ({"cohesion": "variance"}, "cohesion='variance'"),
         ({"rounding": "floor"}, "rounding='floor'"),
+        ({"kmeans_init": "kmeans"}, "kmeans_init='kmeans'"),
     ],
 )
 def test_bad_parameters(params, match):

@@ -53,6 +53,9 @@ class Asks(BaseSelector):
             self.answers_.append(oracle.trial(ids[:n]))
         elif self.ask == "updates":
             self.answers_.append(oracle.local_updates(ids, transform=lambda u: u[:4]))
+        elif self.ask == "full-updates":
+            self.answers_.append(oracle.local_updates(ids[: 2 * n]))
+            self.answers_.append(oracle.local_updates(ids[:n]))  # asked again: already on the server
         return Selection(ids[:n])
 
 
@@ -163,6 +166,15 @@ def test_local_updates_are_not_trained_twice(digits_fed):
     assert tr.selector_.answers_[0].shape == (n, 4)
     base = FederatedTrainer(selector=Fixed(clients=(0, 1, 2)), random_state=0, **FAST).fit(digits_fed)
     np.testing.assert_allclose(tr.parameters_, base.parameters_, rtol=1e-6, atol=1e-7)
+
+
+def test_full_updates_go_up_once(digits_fed):
+    tr = FederatedTrainer(selector=Asks(ask="full-updates"), random_state=0, **FAST).fit(digits_fed)
+    c = tr.history_.rounds[0].costs
+    # 6 clients train and upload their model; the 3 chosen among them are aggregated from what the
+    # server already holds: no second upload, no second training.
+    assert (c.local_trainings, c.models_up, c.models_down) == (6, 6, 6)
+    np.testing.assert_array_equal(tr.selector_.answers_[0][:3], tr.selector_.answers_[1])
 
 
 def test_invalid_selections_are_errors_naming_the_selector(digits_fed):
