@@ -36,6 +36,8 @@ dropout streams are per round, so extra trials do not shift them). Results go to
 Usage::
 
     python benchmarks/fedcor_diagnostics.py --settings dir 2spc --seed 0 --rounds 200 --every 20 --samples 200
+    python benchmarks/fedcor_diagnostics.py --settings dir --variant readme2023 \\
+        --fedcor-params schedule=readme2023,update_mean=True,beta=0.9
     python benchmarks/fedcor_diagnostics.py --report-only
 """
 
@@ -109,7 +111,10 @@ def predictive_scores(delta: np.ndarray, mean: np.ndarray, cov: np.ndarray, chos
 
 
 # -- the run ---------------------------------------------------------------------------------
-def run(setting: str, seed: int, rounds: int, every: int, samples: int, threads: int, out: Path) -> Path:
+def run(
+    setting: str, seed: int, rounds: int, every: int, samples: int, threads: int, out: Path,
+    variant: str = "", extra: dict | None = None,
+) -> Path:
     import torch
 
     from fedselect import FederatedTrainer
@@ -119,6 +124,7 @@ def run(setting: str, seed: int, rounds: int, every: int, samples: int, threads:
 
     preset = get_preset(f"fedcor-fmnist-{setting}")
     _, params = preset.selectors["FedCor"]
+    params = {**params, **(extra or {})}
     torch.set_num_threads(threads)
     fed = make_federation(random_state=seed, **preset.federation)
     n_clients = fed.n_clients
@@ -159,7 +165,7 @@ def run(setting: str, seed: int, rounds: int, every: int, samples: int, threads:
     for i, ids in enumerate(log["chosen"]):
         chosen[i, : len(ids)] = ids
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{setting}-seed{seed}.npz"
+    path = out / f"{_tag(setting, variant)}-seed{seed}.npz"
     np.savez_compressed(
         path,
         losses=losses,
@@ -172,7 +178,7 @@ def run(setting: str, seed: int, rounds: int, every: int, samples: int, threads:
         labels=fed.label_histogram().argmax(1),
         fit_rounds=np.asarray([f.round for f in trainer.selector_.fit_log_]),
         fit_nll=np.asarray([f.nll for f in trainer.selector_.fit_log_]),
-        meta=np.asarray([setting, str(seed), str(rounds), str(every), str(samples), commit,
+        meta=np.asarray([_tag(setting, variant), str(seed), str(rounds), str(every), str(samples), commit,
                          f"{seconds:.0f}", " ".join(sys.argv)]),
     )
     print(f"[{time.strftime('%H:%M:%S')}] {setting} seed {seed}: {rounds} rounds in {seconds:.0f} s -> {path}",
@@ -202,7 +208,7 @@ def analyse(path: Path) -> dict[str, object]:
     for r, e in zip(sig_rounds, emp):
         cov = gp_cov[int(r)].astype(float)
         if np.isfinite(cov).all():
-            gp_vs_emp.append((int(r), cosine(cov, e), offdiag_corr(cov, e)))
+            gp_vs_emp.append((int(r), cosine(cov, e), offdiag_corr(cov, e), float(np.trace(cov) / np.trace(e))))
     meta = [str(m) for m in z["meta"]]
     return {
         "path": path, "setting": meta[0], "seed": int(meta[1]), "rounds": int(meta[2]), "every": int(meta[3]),
@@ -234,17 +240,17 @@ def report(out: Path) -> None:
         "is what the learned correlations add.",
         "",
         "| setting | seed | rounds | stationarity cos(Σ^t, Σ^t+Δ) median | split-half ceiling median | "
-        "GP vs sampled Σ: cos median | corr. of off-diagonal correlations median | "
+        "GP vs sampled Σ: cos median | corr. of off-diagonal correlations median | tr(GP) / tr(Σ^t) median | "
         "log-lik GP − diag, median | conditional R² of unselected clients, median | "
         "conditional log-lik GP − diag, median |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         pr = r["per_round"]
         lines.append(
             f"| {r['setting']} | {r['seed']} | {r['rounds']} | {_median(r['stationarity'])} | "
             f"{_median(r['ceiling'])} | {_median([g[1] for g in r['gp_vs_emp']])} | "
-            f"{_median([g[2] for g in r['gp_vs_emp']])} | "
+            f"{_median([g[2] for g in r['gp_vs_emp']])} | {_median([g[3] for g in r['gp_vs_emp']])} | "
             f"{_median([p['ll_gp'] - p['ll_diag'] for p in pr])} | {_median([p['r2_cond'] for p in pr])} | "
             f"{_median([p['ll_cond_gp'] - p['ll_cond_diag'] for p in pr])} |"
         )
@@ -259,16 +265,16 @@ def report(out: Path) -> None:
             f"`{r['command']}` at commit {r['commit']}, {r['seconds']} s; Sigma^t sampled every {r['every']} "
             f"rounds from {r['samples']} uniform selections.",
             "",
-            "| round | cos(Σ^t, Σ^t+Δ) | split-half ceiling | GP vs Σ^t cos | off-diag corr |",
-            "|---|---|---|---|---|",
+            "| round | cos(Σ^t, Σ^t+Δ) | split-half ceiling | GP vs Σ^t cos | off-diag corr | tr(GP) / tr(Σ^t) |",
+            "|---|---|---|---|---|---|",
         ]
         gp = {g[0]: g for g in r["gp_vs_emp"]}
         for i, t in enumerate(r["sigma_rounds"]):
             st = f"{r['stationarity'][i]:.3f}" if i < len(r["stationarity"]) else ""
             g = gp.get(int(t))
             lines.append(
-                f"| {int(t)} | {st} | {r['ceiling'][i]:.3f} | {g[1]:.3f} | {g[2]:.3f} |" if g
-                else f"| {int(t)} | {st} | {r['ceiling'][i]:.3f} | (warm-up) | |"
+                f"| {int(t)} | {st} | {r['ceiling'][i]:.3f} | {g[1]:.3f} | {g[2]:.3f} | {g[3]:.2f} |" if g
+                else f"| {int(t)} | {st} | {r['ceiling'][i]:.3f} | (warm-up) | | |"
             )
         lines += ["", f"![diagnostics]({tag}.png)", "", f"![covariance]({tag}-covariance.png)", ""]
     (out / "DIAGNOSTICS.md").write_text("\n".join(lines) + "\n")
@@ -338,6 +344,24 @@ def _heatmaps(r: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _tag(setting: str, variant: str) -> str:
+    return f"{setting}-{variant}" if variant else setting
+
+
+def _parse_params(text: str) -> dict:
+    """``"a=1,b=True,c=x"`` -> ``{"a": 1, "b": True, "c": "x"}``."""
+    import ast
+
+    out: dict = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value.strip()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--settings", nargs="+", default=["dir", "2spc"], choices=["2spc", "1spc", "dir"])
@@ -348,16 +372,22 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT)
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from saved runs")
+    ap.add_argument("--variant", default="", help="a name for --fedcor-params (part of the output file name)")
+    ap.add_argument("--fedcor-params", default="", help="FedCor parameters over the preset's, e.g. "
+                    "schedule=readme2023,update_mean=True,beta=0.9")
     args = ap.parse_args()
     for name, value, low in (("rounds", args.rounds, 2), ("every", args.every, 1), ("samples", args.samples, 4)):
         if value < low:
             ap.error(f"--{name} must be >= {low}, got {value}")
     if not args.report_only:
         for setting in args.settings:
-            if (args.out / f"{setting}-seed{args.seed}.npz").exists():
+            if args.fedcor_params and not args.variant:
+                ap.error("--fedcor-params needs a --variant name")
+            if (args.out / f"{_tag(setting, args.variant)}-seed{args.seed}.npz").exists():
                 print(f"{setting} seed {args.seed}: already done, skipped")
                 continue
-            run(setting, args.seed, args.rounds, args.every, args.samples, args.threads, args.out)
+            run(setting, args.seed, args.rounds, args.every, args.samples, args.threads, args.out,
+                args.variant, _parse_params(args.fedcor_params))
     report(args.out)
 
 

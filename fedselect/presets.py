@@ -272,7 +272,7 @@ PRESETS: dict[str, Preset] = {
                 "Importance (OCS)": ("ocs", {}),
                 "Importance-size": ("data-size", {}),
                 "Cluster": ("clustered", {}),
-                "HCSFed": ("hcsfed", {"n_clusters": 5, "compression_rate": 0.05}),
+                "HCSFed": ("hcsfed", {"n_clusters": 5, "compression_rate": 0.05, "kmeans_init": "random"}),
             },
             seeds=(0, 1, 2),
             target=0.8,
