@@ -132,7 +132,7 @@ def run(
     checkpoints = set(range(0, rounds, every))
     probe = np.random.RandomState(10_000 + seed)  # the trials' own stream, not the selector's
 
-    log: dict[str, list] = {"losses": [], "gp_cov": [], "gp_mean": [], "chosen": [], "sigma_round": [],
+    log: dict[str, list] = {"losses": [], "gp_root": [], "gp_mean": [], "chosen": [], "sigma_round": [],
                             "sigma_samples": []}
 
     class ObservedFedCor(FedCorSelector):
@@ -144,10 +144,10 @@ def run(
                 log["sigma_samples"].append(np.asarray(vecs, dtype=np.float32))
             sel = super()._select(n, round=round, oracle=oracle)
             if self.fit_log_:
-                log["gp_cov"].append(self.covariance_.astype(np.float32))
+                log["gp_root"].append(self.embeddings_.astype(np.float32))  # X; Sigma = X^T X + s_n^2 I
                 log["gp_mean"].append(self._gp.mean.numpy().astype(np.float32))
             else:
-                log["gp_cov"].append(np.full((n_clients, n_clients), np.nan, dtype=np.float32))
+                log["gp_root"].append(np.full((self.rank_, n_clients), np.nan, dtype=np.float32))
                 log["gp_mean"].append(np.zeros(n_clients, dtype=np.float32))
             log["chosen"].append(np.asarray(sel.clients, dtype=np.int64))
             return sel
@@ -169,7 +169,8 @@ def run(
     np.savez_compressed(
         path,
         losses=losses,
-        gp_cov=np.stack(log["gp_cov"]),
+        gp_root=np.stack(log["gp_root"]),
+        noise=np.asarray(float(params.get("noise", 0.01))),
         gp_mean=np.stack(log["gp_mean"]),
         chosen=chosen,
         sigma_round=np.asarray(log["sigma_round"]),
@@ -189,7 +190,10 @@ def run(
 # -- the report ------------------------------------------------------------------------------
 def analyse(path: Path) -> dict[str, object]:
     z = np.load(path)
-    losses, gp_cov, gp_mean, chosen = z["losses"], z["gp_cov"], z["gp_mean"], z["chosen"]
+    losses, gp_mean, chosen = z["losses"], z["gp_mean"], z["chosen"]
+    root = z["gp_root"].astype(float)  # (rounds, d, N): the GP's covariance is X^T X + s_n^2 I
+    eye = float(z["noise"]) ** 2 * np.eye(root.shape[2])
+    gp_cov = np.einsum("tdi,tdj->tij", root, root) + eye
     deltas = np.diff(losses, axis=0)  # dl^t for t = 0..T-1
     per_round = []
     for t in range(deltas.shape[0]):
