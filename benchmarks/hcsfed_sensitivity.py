@@ -63,8 +63,10 @@ def table(cells: list[dict[str, Any]], target: float) -> str:
     ]
     for h, r in keys:
         cs = [c for c in cells if (c["n_clusters"], c["rate"]) == (h, r)]
-        hits = [c["rounds_to_target"] for c in cs]
-        reached = "N/A" if None in hits else f"{np.mean(hits):.1f}"
+        hits = [c["rounds_to_target"] for c in cs if c["rounds_to_target"] is not None]
+        reached = "N/A" if not hits else f"{np.mean(hits):.1f}"
+        if hits and len(hits) < len(cs):
+            reached += f" ({len(hits)}/{len(cs)})"
         lines.append(
             f"| {h} | {r:g} | {len(cs)} | {np.mean([c['best_accuracy'] for c in cs]):.4f} | "
             f"{np.mean([c['rounds_to_best'] for c in cs]):.1f} | {reached} | "

@@ -115,6 +115,42 @@ def make_table(out: Path, methods: list[str], ks=KS, splits=SPLITS, target: floa
     return "\n\n".join(parts) + "\n", summary
 
 
+def paired_vs(summary: dict, ref: str = "LDCS", target: float = 0.85) -> str:
+    """Markdown table: ``ref`` against every other method over all (cell, seed) pairs.
+
+    Runs of one seed share the federation (same partition and model start), so the
+    differences are paired; the p-value is scipy's two-sided Wilcoxon signed-rank test
+    (``zero_method="wilcox"``: ties dropped).
+    """
+    from scipy.stats import wilcoxon
+
+    methods = [m for m in next(iter(summary.values())) if m != ref]
+    head = ["method", f"pairs (rounds to {target:.0%})", "rounds: method − LDCS", "LDCS fewer / tie / more",
+            "p", "pairs (acc.)", "acc. @ 100: LDCS − method (points)", "LDCS higher / tie / lower", "p"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def _row(pairs: list[tuple[float, float]], scale: float) -> list[str]:
+        d = np.array([(a - b) * scale for a, b in pairs])
+        if len(d) == 0:
+            return ["0", "-", "-", "-"]
+        p = wilcoxon(d).pvalue if np.any(d != 0) and len(d) > 1 else float("nan")
+        return [str(len(d)), f"{d.mean():+.1f} ± {d.std():.1f}",
+                f"{(d > 0).sum()} / {(d == 0).sum()} / {(d < 0).sum()}", f"{p:.2f}"]
+
+    for m in methods:
+        rounds, acc = [], []
+        for cell in summary.values():
+            a, b = cell.get(m), cell.get(ref)
+            if not a or not b:
+                continue
+            for x, y in zip(a["to_target_each"], b["to_target_each"]):
+                if x is not None and y is not None:
+                    rounds.append((x, y))
+            acc.extend(zip(b["accuracy"], a["accuracy"]))
+        lines.append("| " + " | ".join([m, *_row(rounds, 1.0), *_row(acc, 100.0)]) + " |")
+    return "\n".join(lines)
+
+
 def write_outputs(out: Path, methods: list[str]) -> str:
     """Write table.md, summary.json and REPORT.md (the table with a title and its cells' curves)."""
     text, summary = make_table(out, methods, ks=KS, splits=SPLITS)
@@ -142,6 +178,16 @@ def write_outputs(out: Path, methods: list[str]) -> str:
         "",
         text,
     ]
+    if "LDCS" in methods and len(methods) > 1:
+        report += [
+            "## LDCS against each method, paired by seed over all cells",
+            "",
+            "Each pair is one (K, partition, seed): both runs share the partition and the model's start. "
+            "Positive numbers favour LDCS. The rounds column counts only pairs where both runs reached 85 %. The p-values are not corrected for the five comparisons (Bonferroni: multiply by 5).",
+            "",
+            paired_vs(summary),
+            "",
+        ]
     if done:
         report += ["## Accuracy curves of the finished cells", "", *done, ""]
     (out / "REPORT.md").write_text("\n".join(report))
