@@ -183,7 +183,8 @@ def write_outputs(out: Path, methods: list[str]) -> str:
             "## LDCS against each method, paired by seed over all cells",
             "",
             "Each pair is one (K, partition, seed): both runs share the partition and the model's start. "
-            "Positive numbers favour LDCS. The rounds column counts only pairs where both runs reached 85 %. The p-values are not corrected for the five comparisons (Bonferroni: multiply by 5).",
+            "Positive numbers favour LDCS. The rounds column counts only pairs where both runs reached 85 %. "
+            "The p-values are not corrected for the five comparisons (Bonferroni: multiply by 5).",
             "",
             paired_vs(summary),
             "",
