@@ -330,11 +330,19 @@ class HCSFedSelector(BaseSelector):
     The weights are not normalised (the runtime adds ``sum_k w_k (w_k - w^t)``): their
     total is 1 only on average, which is what unbiasedness costs.
 
-    Known limit of Eq. 5, kept as the paper writes it: a cluster with S_h = 0 (a
-    singleton, or identical compressed updates) gets no share while other clusters
-    have positive cohesion, so its clients are skipped that round and the aggregate
-    misses their term (unbiasedness holds over the clients with pi_k > 0). Clients
-    whose compressed update is exactly zero likewise have pi_k = 0 under Eq. 6.
+    Known limit of Eq. 5, kept as the paper writes it by default: a cluster with
+    S_h = 0 (a singleton, or identical compressed updates) gets no share while other
+    clusters have positive cohesion, so its clients are skipped that round and the
+    aggregate misses their term (unbiasedness holds over the clients with pi_k > 0,
+    so the aggregate is biased against outlying clients that k-means isolates).
+    ``uniform_mix = eps > 0`` removes the limit: the shares become
+    ``(1 - eps) * Eq. 5 + eps * m N_h / N`` (a defensive mixture with Eq. 4's plain
+    cluster sampling; still summing to m and capped at N_h), so every cluster has a
+    positive share, every client with a nonzero update has pi_k > 0 and the aggregate
+    is unbiased over all clients. The price is variance: a skipped-by-Eq.-5 client
+    chosen through the mixture carries a weight of order p_k N / (eps m). A client
+    whose compressed update is exactly zero has pi_k = 0 under Eq. 6 either way
+    (its update is zero, so the aggregate loses nothing).
 
     Parameters
     ----------
@@ -354,6 +362,10 @@ class HCSFedSelector(BaseSelector):
         k-means++ (more singleton clusters of outlying clients, which Eq. 5 then skips).
     rounding : {"systematic", "largest-remainder"}, default="systematic"
         How the shares of Eq. 5 become integers (see :func:`round_shares`).
+    uniform_mix : float, default=0.0
+        eps in [0, 1): the fraction of the m places shared by cluster size (Eq. 4)
+        instead of Eq. 5. 0 is the paper; any eps > 0 makes the aggregate unbiased over
+        every client (see the known limit above).
     random_state : None, int or numpy RandomState, default=None
         Seeds k-means, the rounding, the PPS draws and the projection.
 
@@ -400,6 +412,7 @@ class HCSFedSelector(BaseSelector):
         cohesion: str = "paper",
         kmeans_init: str = "random",
         rounding: str = "systematic",
+        uniform_mix: float = 0.0,
         random_state: Any = None,
     ) -> None:
         self.n_clusters = n_clusters
@@ -408,6 +421,7 @@ class HCSFedSelector(BaseSelector):
         self.cohesion = cohesion
         self.kmeans_init = kmeans_init
         self.rounding = rounding
+        self.uniform_mix = uniform_mix
         self.random_state = random_state
 
     def _validate_params(self) -> None:
@@ -429,6 +443,8 @@ class HCSFedSelector(BaseSelector):
             self, "kmeans_init", self.kmeans_init, self.kmeans_init in _INITS, f"one of {list(_INITS)}"
         )
         check_param(self, "rounding", self.rounding, self.rounding in _ROUNDINGS, f"one of {list(_ROUNDINGS)}")
+        eps = self.uniform_mix
+        check_param(self, "uniform_mix", eps, is_real(eps) and 0 <= eps < 1, "a number in [0, 1)")
 
     def _fit(self, pool: ClientPool) -> None:
         if self.n_clusters > pool.n_clients:
@@ -465,7 +481,11 @@ class HCSFedSelector(BaseSelector):
         H = int(labels.max()) + 1
         sizes = np.bincount(labels, minlength=H)
         S = cluster_cohesion(X, labels, self.cohesion)
-        shares = _snap(allocate(sizes, S, n))
+        shares = allocate(sizes, S, n)
+        eps = float(self.uniform_mix)
+        if eps > 0:
+            shares = (1.0 - eps) * shares + eps * n * sizes / N
+        shares = _snap(shares)
         m_h = round_shares(shares, rng, self.rounding)
         norms = np.linalg.norm(X, axis=1)
 

@@ -26,6 +26,7 @@ from .test_unbiased import FixedUpdatesOracle, make_problem
         {"compressor": "projection", "compression_rate": 0.3, "cohesion": "mean-pairwise"},
         {"rounding": "largest-remainder", "n_clusters": 2, "compression_rate": 1.0},
         {"cohesion": "std", "kmeans_init": "k-means++"},
+        {"uniform_mix": 0.3},
     ],
 )
 def test_conformance(params):
@@ -88,7 +89,7 @@ def test_kmeans_finds_separated_groups(init):
     for seed in range(20):
         labels = kmeans(X, 4, np.random.RandomState(seed), init=init)
         # Same partition up to renaming.
-        assert len({(a, b) for a, b in zip(labels, truth)}) == 4, seed
+        assert labels.max() + 1 == 4 and len({(a, b) for a, b in zip(labels, truth)}) == 4, seed
     assert kmeans(np.ones((5, 3)), 3, np.random.RandomState(0), init=init).tolist() == [0] * 5
     with pytest.raises(ValueError, match="init='bad'"):
         kmeans(X, 4, np.random.RandomState(0), init="bad")
@@ -232,6 +233,8 @@ def test_callable_compressor():
         ({"cohesion": "variance"}, "cohesion='variance'"),
         ({"rounding": "floor"}, "rounding='floor'"),
         ({"kmeans_init": "kmeans"}, "kmeans_init='kmeans'"),
+        ({"uniform_mix": 1.0}, "uniform_mix=1.0"),
+        ({"uniform_mix": -0.1}, "uniform_mix=-0.1"),
     ],
 )
 def test_bad_parameters(params, match):

@@ -123,6 +123,40 @@ def test_unbiased(factory: Callable[[int], BaseSelector], n: int) -> None:
     assert_unbiased(agg, target)
 
 
+def make_outlier_problem() -> tuple[ClientPool, FixedUpdatesOracle]:
+    """``make_problem`` plus one far outlier with 7 % of the data: k-means isolates it (S_h = 0)."""
+    pool, oracle = make_problem(0)
+    rng = np.random.default_rng(1)
+    outlier = 12.0 * rng.normal(size=(1, DIM))
+    updates = np.vstack([oracle.updates, outlier])
+    sizes = np.append(pool.n_samples, int(0.075 * pool.n_samples.sum()))
+    return ClientPool(sizes), FixedUpdatesOracle(updates, oracle.global_parameters(), np.ones(N_CLIENTS + 1))
+
+
+def test_hcsfed_skips_a_singleton_cluster_as_eq5_says_and_uniform_mix_restores_unbiasedness():
+    pool, oracle = make_outlier_problem()
+    target = pool.weights @ oracle.updates.astype(np.float64)
+    outlier = N_CLIENTS
+
+    paper = HCSFedSelector(n_clusters=5, compression_rate=0.5, random_state=0).fit(pool)
+    alone = 0
+    for t in range(40):
+        chosen = paper.select(6, round=t, oracle=oracle).clients
+        if paper.labels_[outlier] not in paper.labels_[:outlier]:  # k-means isolated it: S_h = 0
+            alone += 1
+            assert outlier not in chosen and paper.inclusion_[outlier] == 0.0
+    assert alone >= 20  # k-means (10 random starts) isolates the outlier in most rounds
+    agg = aggregates(HCSFedSelector(n_clusters=5, compression_rate=0.5, random_state=0), pool, oracle, 6, 1000)
+    with pytest.raises(AssertionError, match="standard errors"):
+        assert_unbiased(agg, target)
+
+    mixed = HCSFedSelector(n_clusters=5, compression_rate=0.5, uniform_mix=0.2, random_state=0)
+    agg = aggregates(mixed, pool, oracle, 6, N_DRAWS)
+    assert mixed.inclusion_[outlier] > 0
+    assert int(mixed.allocation_.sum()) == 6
+    assert_unbiased(agg, target)
+
+
 class _TopNorm(BaseSelector):
     """A deliberately biased selector: the n largest updates, weights p_k N / n."""
 
