@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -217,6 +218,25 @@ class Comparison:
         return [out / "table.md", out / "summary.json", out / "results.csv"]
 
 
+def machine_info() -> dict[str, Any]:
+    """Where a run was made: CPU model, architecture, Python, torch and its thread count.
+
+    Runs are bit-for-bit reproducible on one machine; on another CPU the floating-point
+    results of torch's kernels may differ in the last bits, and a selector that feeds
+    model state into a discrete choice (k-means, a top-k) can then follow another path.
+    """
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "arch": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+
+
 def run_comparison(
     selectors: Mapping[str, tuple[str, Mapping[str, Any]]],
     *,
@@ -325,7 +345,8 @@ def run_comparison(
                 payload = {
                     "key": key, "label": label, "selector": name, "seed": int(seed), "command": command,
                     "commit": commit, "seconds": time.perf_counter() - start,
-                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "history": h.to_dict(),
+                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
+                    "history": h.to_dict(),
                 }
                 diagnostics = _diagnostics(tr.selector_)
                 if diagnostics:

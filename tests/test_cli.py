@@ -53,6 +53,7 @@ def test_compare_writes_table_curves_and_resumes(tmp_path, capsys):
     assert runs == ["pow__seed0.json", "pow__seed1.json", "random__seed0.json", "random__seed1.json"]
     saved = json.loads((tmp_path / "runs" / "pow__seed1.json").read_text())
     assert saved["command"] and saved["commit"] and saved["seed"] == 1
+    assert saved["machine"]["cpu"] and saved["machine"]["torch"]  # where it ran: results can differ across CPUs
     for f in ("table.md", "summary.json", "results.csv", "accuracy.png", "selection_frequency.png",
               "communication.png"):
         assert (tmp_path / f).stat().st_size > 0
