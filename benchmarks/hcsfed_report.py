@@ -107,7 +107,7 @@ def main() -> None:
         f"Mean ± std (population) over seeds {seeds}; the paper reports one figure per cell. HCSFed's k-means "
         "starts from H random clients (Algorithm 1, line 1); the row *k-means++ start* is the same scheme with "
         "k-means++ starts (`kmeans_init=\"k-means++\"`, the default before 2026-11-22, runs kept in "
-        "`kmeanspp/`), which leaves more outlying clients in singleton clusters that Eq. 5 then skips. The row "
+        "`kmeanspp/`), which favours outlying clients as starting centres. The row "
         "*uniform_mix = 0.1* is HCSFed with 10 % of the places shared by cluster size (`uniform_mix=0.1`, runs in "
         "`uniform-mix/`), so that no cluster gets zero places and the aggregate is unbiased over every client; "
         "0.1 was fixed before running, not tuned.",
