@@ -8,7 +8,8 @@ Reads ``benchmarks/results/hcsfed/q{0.1,0.3,0.5}/runs/*.json`` (whatever has fin
   averaged over every round of every seed, and in total to reach the target;
 - the range of the per-round total aggregation weight of the unbiased schemes (HCSFed and OCS
   return unnormalised weights ``p_k / pi_k``; random sampling's total is always 1);
-- every (q, method, seed) cell with its command and commit; the accuracy curves;
+- HCSFed against each scheme paired by seed (Wilcoxon), and the same seeds rerun on another CPU;
+- every (q, method, seed) cell with its CPU, command and commit; the accuracy curves;
 - the sensitivity to H and R (the paper's Fig. 4), table and figure.
 
 Usage::
@@ -152,17 +153,107 @@ def main() -> None:
     if sens.exists():
         lines += _sensitivity(json.loads(sens.read_text()))
 
-    lines += ["## Cells", "", "| q | method | seed | rounds to 80 % | commit | command |", "|---|---|---|---|---|---|"]
+    lines += _paired(comps)
+    lines += _other_cpu(comps)
+
+    lines += [
+        "## Cells",
+        "",
+        "CPU: as recorded in the run's JSON; runs made before 2026-11-23 did not record it and ran on the AMD EPYC "
+        "machine of `results/bench_engine.txt`.",
+        "",
+        "| q | method | seed | rounds to 80 % | CPU | commit | command |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for q, cells in all_cells.items():
         for c in sorted(cells, key=lambda c: (labels.index(c["label"]) if c["label"] in labels else 99, c["seed"])):
             h = comps[q].histories[c["label"]][int(c["seed"])]
+            cpu = (c.get("machine") or {}).get("cpu", "not recorded")
             lines.append(
-                f"| {q} | {c['label']} | {c['seed']} | {h.rounds_to_accuracy(0.8) or 'not reached'} | "
+                f"| {q} | {c['label']} | {c['seed']} | {h.rounds_to_accuracy(0.8) or 'not reached'} | {cpu} | "
                 f"{(c.get('commit') or '')[:12]} | `{_command(c.get('command'))}` |"
             )
     (ROOT / "REPORT.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:40]))
     print(f"wrote {ROOT / 'REPORT.md'}")
+
+
+def _rounds(h: History) -> float:
+    """Rounds to 80 %, or the rounds run + 1 when it was not reached (a lower bound)."""
+    r = h.rounds_to_accuracy(0.8)
+    return float(r) if r is not None else float(len(h) + 1)
+
+
+def _paired(comps: dict) -> list[str]:
+    """HCSFed against each other scheme, paired by seed (one seed = one partition and model start)."""
+    from scipy.stats import wilcoxon
+
+    out = [
+        "## HCSFed against each scheme, paired by seed",
+        "",
+        "Rounds to 80 % of the other scheme minus HCSFed's on the same seed (positive: HCSFed faster); a run that "
+        "did not reach 80 % counts as 201 rounds. p: two-sided Wilcoxon signed-rank test (ties dropped), not "
+        "corrected for the 12 comparisons.",
+        "",
+        "| q | scheme | seeds | other − HCSFed (mean ± std) | median | HCSFed faster / tie / slower | p |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for q, comp in comps.items():
+        mine = comp.histories.get("HCSFed", {})
+        for label, runs in comp.histories.items():
+            if label == "HCSFed":
+                continue
+            seeds = sorted(set(mine) & set(runs))
+            if len(seeds) < 2:
+                continue
+            d = np.array([_rounds(runs[s]) - _rounds(mine[s]) for s in seeds])
+            p = wilcoxon(d).pvalue if np.any(d != 0) else float("nan")
+            out.append(
+                f"| {q} | {label} | {len(seeds)} | {d.mean():+.1f} ± {d.std():.1f} | {np.median(d):+.1f} | "
+                f"{(d > 0).sum()} / {(d == 0).sum()} / {(d < 0).sum()} | {p:.2f} |"
+            )
+    return [*out, ""]
+
+
+def _other_cpu(comps: dict) -> list[str]:
+    """The same seeds rerun on this machine's CPU (``other-cpu/``) beside the table's runs."""
+    rows = []
+    for q, comp in comps.items():
+        d = ROOT / "other-cpu" / f"q{q}"
+        if not (d / "runs").exists():
+            continue
+        other, cells = load_comparison(d, 0.8)
+        cpu = next(((c.get("machine") or {}).get("cpu") for c in cells if c.get("machine")), "?")
+        for label, runs in other.histories.items():
+            for s, h in sorted(runs.items()):
+                orig = comp.histories.get(label, {}).get(s)
+                if orig is None:
+                    continue
+                first = next((i for i, (a, b) in enumerate(zip(orig.rounds, h.rounds))
+                              if a.test_accuracy != b.test_accuracy or list(a.clients) != list(b.clients)), None)
+                rows.append(
+                    f"| {q} | {label} | {s} | {orig.rounds_to_accuracy(0.8) or 'not reached'} | "
+                    f"{h.rounds_to_accuracy(0.8) or 'not reached'} | {cpu} | "
+                    f"{'identical' if first is None else f'round {first}'} |"
+                )
+    if not rows:
+        return []
+    return [
+        "## The same seeds on another CPU",
+        "",
+        "One seed reproduces a run bit for bit on one machine. On another CPU, torch's kernels can round the last "
+        "bits differently; a scheme whose choice depends on the model (OCS's update norms, HCSFed's k-means) can "
+        "then choose differently and follow another path, while random sampling's choices do not depend on the "
+        "model. Seeds 0-2 of the model-dependent schemes rerun on this session's CPU (`other-cpu/`):",
+        "",
+        "| q | scheme | seed | rounds to 80 % (table) | rounds to 80 % (rerun) | rerun CPU | first differing round |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "So one run of these schemes is one draw from a wide distribution even for a fixed seed: compare them over "
+        "many seeds, not run by run.",
+        "",
+    ]
 
 
 def _sensitivity(saved: dict) -> list[str]:

@@ -402,7 +402,7 @@ def load_comparison(
         h = History.from_dict(d["history"])
         found.setdefault(d["label"], {})[int(d["seed"])] = h
         n_clients = max(n_clients, int(h.config.get("n_clients", 0) or 0))
-        cells.append({k: d.get(k) for k in ("label", "seed", "command", "commit", "seconds", "finished")}
+        cells.append({k: d.get(k) for k in ("label", "seed", "command", "commit", "seconds", "finished", "machine")}
                      | {"path": str(path), "selector_state": d.get("selector_state")})
     order = list(labels) if labels is not None else sorted(found)
     histories = {label: found.get(label, {}) for label in order}

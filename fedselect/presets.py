@@ -274,7 +274,7 @@ PRESETS: dict[str, Preset] = {
                 "Cluster": ("clustered", {}),
                 "HCSFed": ("hcsfed", {"n_clusters": 5, "compression_rate": 0.05, "kmeans_init": "random"}),
             },
-            seeds=(0, 1, 2),
+            seeds=tuple(range(10)),  # HCSFed and OCS runs vary widely with the seed (and the CPU): see the report
             target=0.8,
             paper={
                 label: figures[i]

@@ -212,7 +212,9 @@ class FederatedTrainer(BaseEstimator):
         Record sum_k p_k l_k(w^{t+1}) each evaluated round (bookkeeping, not charged).
     random_state : int or None
         Seeds the model initialisation, the minibatch streams, dropout, and any selector
-        whose own random_state is None: one seed gives the same run bit for bit.
+        whose own random_state is None: one seed gives the same run bit for bit on one
+        machine (another CPU may round torch kernels differently, and model-dependent
+        selectors then diverge).
     progress : bool, default False
         Show a progress bar.
     n_threads : int, optional
