@@ -99,7 +99,7 @@ def main() -> None:
             ok = [h.rounds_to_accuracy(0.8) for h in hs]
             ok = [x for x in ok if x is not None]
             cell = (_mean_std(ok) + ("" if len(ok) == len(hs) else f" ({len(ok)}/{len(hs)} reached)")) if hs else "-"
-            extra += [cell, "-"]
+            extra += [cell + (f" [{len(hs)} seeds]" if hs else ""), "-"]
         if any(c != "-" for c in extra[1:]):
             lines.append("| " + " | ".join(extra) + " |")
     seeds = sorted({c["seed"] for cells in all_cells.values() for c in cells})
@@ -159,8 +159,8 @@ def main() -> None:
     lines += [
         "## Cells",
         "",
-        "CPU: as recorded in the run's JSON; runs made before 2026-11-23 did not record it and ran on the AMD EPYC "
-        "machine of `results/bench_engine.txt`.",
+        "CPU: as recorded in the run's JSON; runs made before 2026-11-23 did not record it (they ran on an earlier "
+        "machine; `results/bench_engine.txt`, from the same day, shows an AMD EPYC).",
         "",
         "| q | method | seed | rounds to 80 % | CPU | commit | command |",
         "|---|---|---|---|---|---|---|",
