@@ -91,6 +91,11 @@ def main() -> None:
                                       title=preset.description.split(":")[0])
         lines += [f"## {setting.upper()}, target {preset.target:.0%}", "", preset.description, "",
                   comp.to_markdown(), ""]
+        if comp.histories.get("FedCor"):
+            lines += ["FedCor against each scheme, paired by seed (rounds to the target of the scheme minus "
+                      "FedCor's on the same seed; positive: FedCor faster; a run that never reached it counts as "
+                      "501; p: two-sided Wilcoxon signed-rank test, not corrected for multiple comparisons):", "",
+                      comp.paired_markdown("FedCor"), ""]
         res = {k: [v[s] for s in sorted(v)] for k, v in comp.histories.items() if v}
         if res:
             from fedselect.plotting import plot_accuracy, plot_communication, plot_selection_frequency
@@ -111,19 +116,20 @@ def main() -> None:
             lines += [f"![accuracy](accuracy_{setting}.png)", f"![selection](selection_{setting}.png)",
                       f"![communication](communication_{setting}.png)", ""]
         lines += ["Cells (method, seed): rounds to target, command, commit", "",
-                  "| method | seed | rounds to target | final acc | seconds | commit | command |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| method | seed | rounds to target | final acc | seconds | CPU | commit | command |",
+                  "|---|---|---|---|---|---|---|---|"]
         have = {(c["label"], int(c["seed"])): c for c in cells}
         for m in METHODS:
             for seed in preset.seeds:
                 c = have.get((m, seed))
                 if c is None:
-                    lines.append(f"| {m} | {seed} | missing | | | | |")
+                    lines.append(f"| {m} | {seed} | missing | | | | | |")
                     continue
                 h = comp.histories[m][seed]
                 r = h.rounds_to_accuracy(preset.target)
+                cpu = (c.get("machine") or {}).get("cpu", "not recorded")
                 lines.append(f"| {m} | {seed} | {r if r is not None else 'not reached'} | {h.final_accuracy():.3f} | "
-                             f"{c['seconds']:.0f} | {str(c['commit'])[:12]} | `{_command(c['command'])}` |")
+                             f"{c['seconds']:.0f} | {cpu} | {str(c['commit'])[:12]} | `{_command(c['command'])}` |")
         lines.append("")
         if setting == "1spc":
             note = _tsne(cells, name, out)

@@ -178,41 +178,20 @@ def main() -> None:
     print(f"wrote {ROOT / 'REPORT.md'}")
 
 
-def _rounds(h: History) -> float:
-    """Rounds to 80 %, or the rounds run + 1 when it was not reached (a lower bound)."""
-    r = h.rounds_to_accuracy(0.8)
-    return float(r) if r is not None else float(len(h) + 1)
-
-
 def _paired(comps: dict) -> list[str]:
     """HCSFed against each other scheme, paired by seed (one seed = one partition and model start)."""
-    from scipy.stats import wilcoxon
-
     out = [
         "## HCSFed against each scheme, paired by seed",
         "",
         "Rounds to 80 % of the other scheme minus HCSFed's on the same seed (positive: HCSFed faster); a run that "
         "did not reach 80 % counts as 201 rounds. p: two-sided Wilcoxon signed-rank test (ties dropped), not "
-        "corrected for the 12 comparisons.",
+        "corrected for the 12 comparisons (`Comparison.paired`).",
         "",
-        "| q | scheme | seeds | other − HCSFed (mean ± std) | median | HCSFed faster / tie / slower | p |",
-        "|---|---|---|---|---|---|---|",
     ]
     for q, comp in comps.items():
-        mine = comp.histories.get("HCSFed", {})
-        for label, runs in comp.histories.items():
-            if label == "HCSFed":
-                continue
-            seeds = sorted(set(mine) & set(runs))
-            if len(seeds) < 2:
-                continue
-            d = np.array([_rounds(runs[s]) - _rounds(mine[s]) for s in seeds])
-            p = wilcoxon(d).pvalue if np.any(d != 0) else float("nan")
-            out.append(
-                f"| {q} | {label} | {len(seeds)} | {d.mean():+.1f} ± {d.std():.1f} | {np.median(d):+.1f} | "
-                f"{(d > 0).sum()} / {(d == 0).sum()} / {(d < 0).sum()} | {p:.2f} |"
-            )
-    return [*out, ""]
+        if comp.histories.get("HCSFed"):
+            out += [f"q = {q}:", "", comp.paired_markdown("HCSFed"), ""]
+    return out
 
 
 def _other_cpu(comps: dict) -> list[str]:

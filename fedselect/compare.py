@@ -169,6 +169,71 @@ class Comparison:
             lines.append("| " + " | ".join(vals) + " |")
         return "\n".join(lines)
 
+    def paired(self, reference: str, *, not_reached: int | None = None) -> list[dict[str, Any]]:
+        """Each other scheme against ``reference``, paired by seed.
+
+        Runs of one seed share the federation (partition, model start, minibatch streams), so
+        per-seed differences remove the variation the schemes have in common; with few seeds
+        this is a far more sensitive comparison than two means and standard deviations.
+
+        Parameters
+        ----------
+        reference : str
+            The label every other scheme is compared with.
+        not_reached : int, optional
+            The value a run that never reached the target counts as. Default: its number
+            of rounds + 1 (a lower bound on its true rounds to the target).
+
+        Returns
+        -------
+        rows : list of dict
+            Per other scheme: ``scheme``, ``seeds`` (the seeds both have), ``diffs``
+            (other - reference rounds to the target, per seed: positive means the
+            reference was faster), ``mean``, ``std``, ``median``, ``faster`` / ``ties`` /
+            ``slower`` (seeds on which the reference was faster / tied / slower) and ``p``
+            (two-sided Wilcoxon signed-rank test, zero differences dropped; NaN when every
+            difference is zero or fewer than two seeds are shared).
+        """
+        from scipy.stats import wilcoxon
+
+        if reference not in self.histories:
+            raise KeyError(f"no scheme {reference!r} in this comparison; schemes: {list(self.histories)}")
+
+        def rounds(h: History) -> float:
+            r = h.rounds_to_accuracy(self.target)
+            if r is not None:
+                return float(r)
+            return float(not_reached if not_reached is not None else len(h) + 1)
+
+        ref = self.histories[reference]
+        out = []
+        for label, runs in self.histories.items():
+            seeds = sorted(set(ref) & set(runs))
+            if label == reference or not seeds:
+                continue
+            d = np.array([rounds(runs[s]) - rounds(ref[s]) for s in seeds])
+            p = float(wilcoxon(d).pvalue) if len(d) > 1 and np.any(d != 0) else float("nan")
+            out.append({
+                "scheme": label, "seeds": seeds, "diffs": d.tolist(), "mean": float(d.mean()),
+                "std": float(d.std()), "median": float(np.median(d)), "faster": int((d > 0).sum()),
+                "ties": int((d == 0).sum()), "slower": int((d < 0).sum()), "p": p,
+            })
+        return out
+
+    def paired_markdown(self, reference: str, *, not_reached: int | None = None) -> str:
+        """:meth:`paired` as a markdown table."""
+        lines = [
+            f"| scheme | seeds | scheme − {reference} (rounds, mean ± std) | median | "
+            f"{reference} faster / tie / slower | p (Wilcoxon) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in self.paired(reference, not_reached=not_reached):
+            lines.append(
+                f"| {r['scheme']} | {len(r['seeds'])} | {r['mean']:+.1f} ± {r['std']:.1f} | {r['median']:+.1f} | "
+                f"{r['faster']} / {r['ties']} / {r['slower']} | {r['p']:.3f} |"
+            )
+        return "\n".join(lines)
+
     def plot(self, out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
         """Write accuracy.png, selection_frequency.png and communication.png; return their paths."""
         import matplotlib

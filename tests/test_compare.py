@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fedselect.compare import Comparison
 from fedselect.simulation.costs import Costs
 from fedselect.simulation.history import History, RoundRecord
@@ -33,3 +35,21 @@ def test_partial_reach_is_na_with_the_reached_seeds_mean():
     assert "| 2.5 ± 0.5 |" in md["all"]
     assert "N/A (2 reached: 2.5 ± 1.5)" in md["some"]  # seeds 0 and 2 took 1 and 4 rounds
     assert "| N/A |" in md["none"] and "| 0/1 |" in md["none"]
+
+
+def test_paired_by_seed_counts_wins_and_uses_the_not_reached_floor():
+    # ref reaches 0.8 in 2 rounds on every seed; "slow" in 4 (seeds 0-5) or never (seed 6, 5 rounds run).
+    ref = {s: _history([0.1, 0.9]) for s in range(7)}
+    slow = {s: _history([0.1, 0.2, 0.3, 0.9]) for s in range(6)} | {6: _history([0.1] * 5)}
+    same = {s: _history([0.1, 0.9]) for s in range(3)}
+    comp = Comparison(histories={"ref": ref, "slow": slow, "same": same}, target=0.8, n_clients=1)
+    rows = {r["scheme"]: r for r in comp.paired("ref")}
+    assert rows["slow"]["diffs"] == [2.0] * 6 + [4.0]  # never reached: 5 rounds + 1 = 6
+    assert (rows["slow"]["faster"], rows["slow"]["ties"], rows["slow"]["slower"]) == (7, 0, 0)
+    assert rows["slow"]["p"] < 0.05
+    assert rows["same"]["seeds"] == [0, 1, 2] and rows["same"]["ties"] == 3
+    assert rows["same"]["p"] != rows["same"]["p"]  # NaN: nothing to test
+    assert comp.paired("ref", not_reached=100)[0]["diffs"][-1] == 98.0
+    assert "| slow | 7 | +2.3 ± 0.7 |" in comp.paired_markdown("ref")
+    with pytest.raises(KeyError, match="no scheme 'nope'"):
+        comp.paired("nope")
