@@ -175,6 +175,9 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         if missing:
             print(f"note: skipping {', '.join(missing)} (not installed)", file=sys.stderr)
     seeds = tuple(args.seeds) if args.seeds else preset.seeds
+    if args.paired is not None and args.paired not in selectors:
+        raise SystemExit(f"fedselect: error: --paired {args.paired!r} is not one of the schemes compared: "
+                         f"{', '.join(selectors)}")
     target = trainer.get("target_accuracy") or preset.target
     out = Path(args.out) if args.out else Path("fedselect-results") / preset.name
     print(f"comparing {', '.join(selectors)} over seeds {list(seeds)}; results in {out}/", file=sys.stderr)
@@ -186,6 +189,14 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
     files = comp.write(out)
     files += comp.plot(out)
     print(comp.to_markdown())
+    if args.paired is not None:
+        paired = comp.paired_markdown(args.paired)
+        (out / "paired.md").write_text(
+            f"Paired by seed against {args.paired} (rounds to {target:.0%}; a run that never reached it counts as "
+            f"its rounds + 1; two-sided Wilcoxon signed-rank test)\n\n{paired}\n"
+        )
+        files.append(out / "paired.md")
+        print(f"\npaired by seed against {args.paired}:\n{paired}")
     print("\nwritten: " + ", ".join(str(f) for f in files), file=sys.stderr)
     return 0
 
@@ -241,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's)")
         p.add_argument("--out", help="output directory (default fedselect-results/<preset>)")
         p.add_argument("--overwrite", action="store_true", help="re-run saved runs whose settings differ")
+        p.add_argument("--paired", metavar="LABEL",
+                       help="also compare every scheme with LABEL seed by seed (Wilcoxon test), into OUT/paired.md")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
         _federation_args(p)
         _trainer_args(p)

@@ -72,3 +72,19 @@ def test_unknown_selector_is_a_clear_error(tmp_path, capsys):
     assert main(["compare", "--selectors", "nope", "--out", str(tmp_path), *SMALL]) == 2
     err = capsys.readouterr().err
     assert "unknown selector 'nope'" in err and "random" in err
+
+
+def test_compare_paired_against_a_reference(tmp_path, capsys):
+    args = ["compare", "--selectors", "random", "pow=power-of-choice:d=4", "--seeds", "0", "1", "2",
+            "--out", str(tmp_path), "--target", "0.3", "--paired", "pow", *SMALL]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "paired by seed against pow" in out and "| random | 3 |" in out
+    assert "| random | 3 |" in (tmp_path / "paired.md").read_text()
+
+
+def test_compare_paired_label_must_be_compared(tmp_path):
+    with pytest.raises(SystemExit, match="--paired 'fedcor' is not one of the schemes compared: random"):
+        main(["compare", "--selectors", "random", "--seeds", "0", "--out", str(tmp_path), "--paired", "fedcor",
+              *SMALL])
+    assert not (tmp_path / "runs").exists()  # refused before any training
