@@ -165,7 +165,12 @@ def _variants() -> list[str]:
         "with `fedselect compare --preset fedcor-fmnist-dir --selectors \"FedCor (noisy posterior, 2022 "
         "code)=fedcor:posterior_noise=True\" \"FedCor (2023 README)=fedcor:schedule=readme2023,"
         f"update_mean=True,beta=0.9\" --out benchmarks/results/fedcor-fmnist-dir-variants` (commit "
-        f"{', '.join(commits)}); the default FedCor and Power-of-choice rows are the table's above.",
+        f"{', '.join(commits)}); the default FedCor and Power-of-choice rows are the table's above. Until "
+        "2026-11-23 the default rows of seeds 0-4 came from an earlier engine (commit 7c9b8ae, before the batched "
+        "forward pass) and the variants from the current one, so their differences mixed the engine's last-bit "
+        "differences (which change a model-dependent selector's path) with the reading; every DIR run was redone "
+        "with one engine on 2026-11-23, and the earlier runs are kept in `fedcor-fmnist-dir/earlier-engine-7c9b8ae/` "
+        "and `fedcor-fmnist-dir-variants/earlier-a2b2a8d/`.",
         "",
         merged.to_markdown(),
         "",
@@ -173,6 +178,9 @@ def _variants() -> list[str]:
         "",
         *each,
         "",
+        *(["The 2023 reading against the others, paired by seed (positive: the 2023 reading faster; "
+           "two-sided Wilcoxon signed-rank test):", "", merged.paired_markdown("FedCor (2023 README)"), ""]
+          if merged.histories.get("FedCor (2023 README)") else []),
     ]
 
 
