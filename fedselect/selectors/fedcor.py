@@ -167,9 +167,10 @@ class FedCorSelector(BaseSelector):
         start from ``X^T X`` and divide by ``S_kk + s_n^2`` (see
         :func:`fedselect.selectors._gp.greedy_select`). The default follows Eq. (11).
         With the default ``noise`` (s_n^2 = 1e-4, small beside the GP's variances) the
-        two readings rarely pick differently: on ``fedcor-fmnist-dir`` (500 rounds) they
-        chose the same clients in every round of 4 of 8 seeds compared, and in the others
-        up to round 213-459 (``benchmarks/results/fedcor/REPORT.md``).
+        two readings rarely pick differently: on ``fedcor-fmnist-dir`` (10 seeds x 500
+        rounds) they chose the same clients in every round of 5 seeds, and in the others
+        up to round 213-459, after every run had reached the target
+        (``benchmarks/results/fedcor/REPORT.md``).
     random_state : None, int or numpy RandomState, default=None
         Seeds the warm-up and trial choices and, through a torch Generator, the initial
         embeddings drawn from N(0, 1/d).
