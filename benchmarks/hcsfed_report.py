@@ -30,7 +30,6 @@ import numpy as np
 
 from fedselect.compare import load_comparison
 from fedselect.presets import get_preset
-from fedselect.simulation.history import History
 
 ROOT = Path(__file__).resolve().parent / "results" / "hcsfed"
 QS = ("0.1", "0.3", "0.5")
@@ -92,14 +91,16 @@ def main() -> None:
     for sub, label in (("kmeanspp", "HCSFed (k-means++ start)"), ("uniform-mix", "HCSFed (uniform_mix = 0.1)")):
         extra = [label]
         for q in QS:
-            found = sorted((ROOT / sub / f"q{q}" / "runs").glob("HCSFed__seed*.json")) or sorted(
-                (ROOT / sub / f"q{q}").glob("HCSFed__seed*.json")
-            )
-            hs = [History.from_dict(json.loads(p.read_text())["history"]) for p in found]
-            ok = [h.rounds_to_accuracy(0.8) for h in hs]
-            ok = [x for x in ok if x is not None]
-            cell = (_mean_std(ok) + ("" if len(ok) == len(hs) else f" ({len(ok)}/{len(hs)} reached)")) if hs else "-"
-            extra += [cell + (f" [{len(hs)} seeds]" if hs else ""), "-"]
+            run_dir = ROOT / sub / f"q{q}"
+            row = None
+            if (run_dir / "runs").exists():
+                row = {r["scheme"]: r for r in load_comparison(run_dir, 0.8)[0].rows()}.get("HCSFed")
+            if not row:
+                extra += ["-", "-"]
+                continue
+            ok = [x for x in row["rounds_to_target_each"] if x is not None]
+            n = row["seeds"]
+            extra += [_mean_std(ok) + ("" if len(ok) == n else f" ({len(ok)}/{n} reached)") + f" [{n} seeds]", "-"]
         if any(c != "-" for c in extra[1:]):
             lines.append("| " + " | ".join(extra) + " |")
     seeds = sorted({c["seed"] for cells in all_cells.values() for c in cells})

@@ -47,7 +47,7 @@ class RecordingHCSFed(HCSFedSelector):
             "zero_cohesion_clusters": int((self.cohesion_ == 0).sum()),
             "skipped_clients": int(skipped.sum()),
             "skipped_weight": float(self.weights_[skipped].sum()),
-            "weight_sum": float((self.weights_[sel.clients] / self.inclusion_[sel.clients]).sum()),
+            "weight_sum": float(np.sum(sel.weights)),
         })
         return sel
 

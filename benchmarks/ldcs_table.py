@@ -119,10 +119,10 @@ def paired_vs(summary: dict, ref: str = "LDCS", target: float = 0.85) -> str:
     """Markdown table: ``ref`` against every other method over all (cell, seed) pairs.
 
     Runs of one seed share the federation (same partition and model start), so the
-    differences are paired; the p-value is scipy's two-sided Wilcoxon signed-rank test
-    (``zero_method="wilcox"``: ties dropped).
+    differences are paired; the statistics are :func:`fedselect.compare.paired_summary`'s
+    (two-sided Wilcoxon signed-rank test, ties dropped).
     """
-    from scipy.stats import wilcoxon
+    from fedselect.compare import paired_summary
 
     methods = [m for m in next(iter(summary.values())) if m != ref]
     head = ["method", f"pairs (rounds to {target:.0%})", "rounds: method − LDCS", "LDCS fewer / tie / more",
@@ -130,12 +130,11 @@ def paired_vs(summary: dict, ref: str = "LDCS", target: float = 0.85) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def _row(pairs: list[tuple[float, float]], scale: float) -> list[str]:
-        d = np.array([(a - b) * scale for a, b in pairs])
-        if len(d) == 0:
+        if not pairs:
             return ["0", "-", "-", "-"]
-        p = wilcoxon(d).pvalue if np.any(d != 0) and len(d) > 1 else float("nan")
-        return [str(len(d)), f"{d.mean():+.1f} ± {d.std():.1f}",
-                f"{(d > 0).sum()} / {(d == 0).sum()} / {(d < 0).sum()}", f"{p:.2f}"]
+        r = paired_summary([(a - b) * scale for a, b in pairs])
+        return [str(len(pairs)), f"{r['mean']:+.1f} ± {r['std']:.1f}",
+                f"{r['faster']} / {r['ties']} / {r['slower']}", f"{r['p']:.2f}"]
 
     for m in methods:
         rounds, acc = [], []

@@ -189,13 +189,8 @@ class Comparison:
         rows : list of dict
             Per other scheme: ``scheme``, ``seeds`` (the seeds both have), ``diffs``
             (other - reference rounds to the target, per seed: positive means the
-            reference was faster), ``mean``, ``std``, ``median``, ``faster`` / ``ties`` /
-            ``slower`` (seeds on which the reference was faster / tied / slower) and ``p``
-            (two-sided Wilcoxon signed-rank test, zero differences dropped; NaN when every
-            difference is zero or fewer than two seeds are shared).
+            reference was faster) and the statistics of :func:`paired_summary`.
         """
-        from scipy.stats import wilcoxon
-
         if reference not in self.histories:
             raise KeyError(f"no scheme {reference!r} in this comparison; schemes: {list(self.histories)}")
 
@@ -211,13 +206,8 @@ class Comparison:
             seeds = sorted(set(ref) & set(runs))
             if label == reference or not seeds:
                 continue
-            d = np.array([rounds(runs[s]) - rounds(ref[s]) for s in seeds])
-            p = float(wilcoxon(d).pvalue) if len(d) > 1 and np.any(d != 0) else float("nan")
-            out.append({
-                "scheme": label, "seeds": seeds, "diffs": d.tolist(), "mean": float(d.mean()),
-                "std": float(d.std()), "median": float(np.median(d)), "faster": int((d > 0).sum()),
-                "ties": int((d == 0).sum()), "slower": int((d < 0).sum()), "p": p,
-            })
+            diffs = [rounds(runs[s]) - rounds(ref[s]) for s in seeds]
+            out.append({"scheme": label, "seeds": seeds, **paired_summary(diffs)})
         return out
 
     def paired_markdown(self, reference: str, *, not_reached: int | None = None) -> str:
@@ -281,6 +271,36 @@ class Comparison:
                 )
         (out / "results.csv").write_text("\n".join(lines) + "\n")
         return [out / "table.md", out / "summary.json", out / "results.csv"]
+
+
+def paired_summary(diffs: Sequence[float]) -> dict[str, Any]:
+    """Summary of per-seed differences ``other - reference``: what a paired comparison reports.
+
+    Parameters
+    ----------
+    diffs : sequence of float
+        One difference per shared seed (or per matched pair).
+
+    Returns
+    -------
+    dict
+        ``diffs`` (as a list), ``mean``, ``std`` (population), ``median``, ``faster`` / ``ties`` /
+        ``slower`` (differences > 0, == 0, < 0: with rounds to a target, the reference was faster,
+        tied, slower) and ``p``, the two-sided Wilcoxon signed-rank test (zero differences dropped;
+        NaN when every difference is zero or there are fewer than two). Empty input gives NaN
+        statistics and zero counts.
+    """
+    from scipy.stats import wilcoxon
+
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size == 0:
+        nan = float("nan")
+        return {"diffs": [], "mean": nan, "std": nan, "median": nan, "faster": 0, "ties": 0, "slower": 0, "p": nan}
+    p = float(wilcoxon(d).pvalue) if d.size > 1 and np.any(d != 0) else float("nan")
+    return {
+        "diffs": d.tolist(), "mean": float(d.mean()), "std": float(d.std()), "median": float(np.median(d)),
+        "faster": int((d > 0).sum()), "ties": int((d == 0).sum()), "slower": int((d < 0).sum()), "p": p,
+    }
 
 
 def machine_info() -> dict[str, Any]:

@@ -53,3 +53,12 @@ def test_paired_by_seed_counts_wins_and_uses_the_not_reached_floor():
     assert "| slow | 7 | +2.3 ± 0.7 |" in comp.paired_markdown("ref")
     with pytest.raises(KeyError, match="no scheme 'nope'"):
         comp.paired("nope")
+
+
+def test_paired_summary_counts_and_handles_no_pairs():
+    from fedselect.compare import paired_summary
+
+    r = paired_summary([3.0, 1.0, 0.0, -2.0])
+    assert (r["faster"], r["ties"], r["slower"]) == (2, 1, 1) and r["median"] == 0.5 and 0 < r["p"] <= 1
+    empty = paired_summary([])
+    assert empty["diffs"] == [] and empty["faster"] == 0 and empty["p"] != empty["p"]
