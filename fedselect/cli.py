@@ -70,6 +70,9 @@ def _trainer_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prox-mu", type=float, help="FedProx proximal coefficient (0 = FedAvg)")
     g.add_argument("--aggregation", choices=("mean", "data-size"))
     g.add_argument("--target", type=float, help="target test accuracy for the table (e.g. 0.8)")
+    g.add_argument("--dropout", type=float,
+                   help="client failures: probability that a client does not answer in a round (default 0); "
+                   "the same failures for every scheme of one seed")
     g.add_argument("--threads", type=int, default=1,
                    help="torch threads per run (default 1: the small models here run fastest single-threaded, "
                    "and a 2-core machine shared with other work slows down badly with more)")
@@ -84,7 +87,8 @@ def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], train
             federation[key] = v
     for attr, key in (("model", "model"), ("clients_per_round", "clients_per_round"), ("rounds", "rounds"),
                       ("batch_size", "batch_size"), ("lr", "lr"), ("weight_decay", "weight_decay"),
-                      ("prox_mu", "prox_mu"), ("aggregation", "aggregation"), ("threads", "n_threads")):
+                      ("prox_mu", "prox_mu"), ("aggregation", "aggregation"), ("threads", "n_threads"),
+                      ("dropout", "dropout")):
         v = getattr(args, attr, None)
         if v is not None:
             trainer[key] = v

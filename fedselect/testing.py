@@ -43,7 +43,7 @@ from sklearn.utils import check_random_state
 from .ledger import Costs, RoundLedger
 from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
-__all__ = ["SyntheticOracle", "check_selector", "make_pools", "yield_checks"]
+__all__ = ["SyntheticOracle", "check_selector", "make_pools", "parametrize_with_checks", "yield_checks"]
 
 KNOWN_NEEDS = frozenset({"updates", "global"})
 
@@ -749,3 +749,38 @@ def check_selector(
         except Exception as exc:
             detail = str(exc) if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {exc}"
             raise AssertionError(f"{name} failed for {_name(selector)}: {detail}") from exc
+
+
+def parametrize_with_checks(selectors: Sequence[BaseSelector], **kwargs: Any) -> Any:
+    """A ``pytest.mark.parametrize`` over every (selector, check) pair, one test item each.
+
+    The pytest counterpart of :func:`check_selector` (after scikit-learn's
+    ``parametrize_with_checks``): each check shows as its own item, named
+    ``<selector repr>-<check name>``, so a failure says at once which property of which
+    selector broke. The test receives the selector and a callable of no arguments.
+
+    Parameters
+    ----------
+    selectors : sequence of BaseSelector
+        The selector instances to check.
+    **kwargs
+        Passed to :func:`yield_checks` (``n_rounds``, ``seeds``, ``pools``).
+
+    Examples
+    --------
+    ::
+
+        from fedselect.testing import parametrize_with_checks
+
+        @parametrize_with_checks([MySelector(), MySelector(k=3)])
+        def test_conformance(selector, check):
+            check()
+    """
+    import pytest
+
+    params = [
+        pytest.param(selector, check, id=f"{_name(selector)}-{name}")
+        for selector in selectors
+        for name, check in yield_checks(selector, **kwargs)
+    ]
+    return pytest.mark.parametrize("selector, check", params)

@@ -88,3 +88,17 @@ def test_compare_paired_label_must_be_compared(tmp_path):
         main(["compare", "--selectors", "random", "--seeds", "0", "--out", str(tmp_path), "--paired", "fedcor",
               *SMALL])
     assert not (tmp_path / "runs").exists()  # refused before any training
+
+
+def test_compare_with_client_dropout(tmp_path, capsys):
+    out = tmp_path / "drop"
+    args = ["compare", "--selectors", "random", "round-robin", "--seeds", "0", "--out", str(out), "--dropout", "0.4",
+            "--n-clients", "10", "--clients-per-round", "10", "--rounds", "5", "--model", "logistic",
+            "--local-steps", "1", "--no-progress"]
+    assert main(args) == 0
+    runs = {p.name: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
+    failed = {name: [r["failed"] for r in d["history"]["rounds"]] for name, d in runs.items()}
+    assert len(failed) == 2
+    a, b = failed.values()
+    assert a == b and any(a)  # every scheme of one seed faces the same failures
+    assert all(d["history"]["config"]["trainer"]["dropout"] == 0.4 for d in runs.values())

@@ -12,7 +12,12 @@ from fedselect.hookspecs import hookimpl
 from fedselect.plugins import PluginError, get_selector, get_selector_class, list_selectors, pm
 from fedselect.selection import BaseSelector, Selection
 from fedselect.selectors.afl import ActiveFLSelector
+from fedselect.selectors.clustered import ClusteredSamplingSelector
 from fedselect.selectors.data_size import DataSizeSelector
+from fedselect.selectors.fedcor import FedCorSelector
+from fedselect.selectors.hcsfed import HCSFedSelector
+from fedselect.selectors.ldcs import LargestDistanceSelector
+from fedselect.selectors.ocs import OptimalClientSamplingSelector
 from fedselect.selectors.power_of_choice import PowerOfChoiceSelector
 from fedselect.selectors.random import RandomSelector
 from fedselect.selectors.round_robin import RoundRobinSelector
@@ -23,7 +28,19 @@ BUILT_INS = {
     "data-size": (DataSizeSelector, ("importance-size",)),
     "power-of-choice": (PowerOfChoiceSelector, ("pow-d", "powd")),
     "afl": (ActiveFLSelector, ("active-fl",)),
+    "fedcor": (FedCorSelector, ()),
+    "hcsfed": (HCSFedSelector, ("hcs-fed",)),
+    "ldcs": (LargestDistanceSelector, ("fedldcs", "largest-distance")),
+    "clustered": (ClusteredSamplingSelector, ("clustered-sampling", "fraboni")),
+    "ocs": (OptimalClientSamplingSelector, ("optimal-client-sampling",)),
 }
+
+
+def test_the_table_lists_every_built_in():
+    from fedselect.plugins import registry
+
+    built_in = {e.name for e in registry("selectors").values() if e.plugin.startswith("fedselect.")}
+    assert built_in == set(BUILT_INS)
 
 
 class _MySelector(BaseSelector):

@@ -1,0 +1,163 @@
+"""Client failures in simulation: dropout, availability, partial rounds, and every selector coping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedselect import FederatedTrainer, get_selector, list_selectors, make_federation
+from fedselect.selection import BaseSelector, ClientPool, Selection
+from fedselect.simulation.history import History
+
+FAST = dict(model="logistic", local_steps=1, batch_size=16, lr=0.1)
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return make_federation("digits", partition="shards", n_clients=20, random_state=0)
+
+
+VARIANTS = [(name, {}) for name in list_selectors()] + [
+    ("clustered", {"method": "similarity", "init": "probe"}),
+    ("ldcs", {"initial": "probe"}),
+    ("fedcor", {"schedule": "readme2023", "update_mean": True}),
+    ("random", {"replace": True}),
+    ("hcsfed", {"uniform_mix": 0.1}),
+]
+
+
+@pytest.mark.parametrize("name, params", VARIANTS, ids=[f"{n}{p or ''}" for n, p in VARIANTS])
+def test_every_selector_runs_50_rounds_at_30_percent_dropout(fed, name, params):
+    if name == "fedcor":
+        params = {"warmup_rounds": 5, "gp_interval": 5, "rank": 5, "warmup_iters": 20, "gp_iters": 10, **params}
+    tr = FederatedTrainer(selector=get_selector(name, **params), clients_per_round=4, rounds=50, dropout=0.3,
+                          random_state=0, **FAST).fit(fed)
+    h = tr.history_
+    assert len(h) == 50
+    failed = sum(len(r.failed) for r in h.rounds)
+    chosen = sum(len(r.clients) for r in h.rounds)
+    if name in ("hcsfed", "ocs"):
+        assert failed == 0  # they train everyone first and choose among the clients that answered
+    elif name in ("random", "round-robin", "data-size"):
+        assert 0.15 < failed / chosen < 0.45  # about 30 % of the chosen did not report
+    else:
+        assert failed / chosen < 0.45
+    for r in h.rounds:
+        assert set(r.failed) <= set(r.clients)
+        assert all(w == 0.0 for k, w in zip(r.clients, r.weights) if k in r.failed)
+        assert np.isfinite(r.test_accuracy)
+    assert np.isfinite(tr.parameters_).all()
+
+
+class Recorder(BaseSelector):
+    """Chooses every client; keeps the feedback."""
+
+    needs = frozenset({"updates", "global"})
+    variable_size = True
+
+    def __init__(self, *, weights=None, random_state=None):
+        self.weights = weights
+        self.random_state = random_state
+
+    def _fit(self, pool: ClientPool) -> None:
+        self.feedback_ = []
+
+    def _select(self, n, *, round, oracle):
+        ids = np.arange(self.n_clients_)
+        return Selection(ids, None if self.weights is None else np.full(ids.size, self.weights))
+
+    def _update(self, feedback) -> None:
+        self.feedback_.append(feedback)
+
+
+def test_failures_come_from_their_own_stream_the_same_for_every_selector(fed):
+    runs = [
+        FederatedTrainer(selector=sel, clients_per_round=fed.n_clients, rounds=6, dropout=0.3, random_state=3,
+                         **FAST).fit(fed)
+        for sel in ("round-robin", Recorder(), "random")
+    ]
+    failed = [[r.failed for r in tr.history_.rounds] for tr in runs]
+    assert failed[0] == failed[1] == failed[2]
+    assert any(failed[0]) and len({tuple(f) for f in failed[0]}) > 1  # failures change from round to round
+    other = FederatedTrainer(selector=Recorder(), clients_per_round=fed.n_clients, rounds=6, dropout=0.3,
+                             random_state=4, **FAST).fit(fed)
+    assert [r.failed for r in other.history_.rounds] != failed[0]
+
+
+def test_dropout_zero_changes_nothing(fed):
+    a = FederatedTrainer(selector="power-of-choice", rounds=5, random_state=0, **FAST).fit(fed)
+    b = FederatedTrainer(selector="power-of-choice", rounds=5, random_state=0, dropout=0.0,
+                         availability=np.ones(fed.n_clients), **FAST).fit(fed)
+    assert a.history_ == b.history_ and all(not r.failed for r in a.history_.rounds)
+
+
+def test_round_aggregates_the_reporters_by_the_rule_renormalised(fed):
+    tr = FederatedTrainer(selector=Recorder(), clients_per_round=fed.n_clients, rounds=4, dropout=0.4,
+                          aggregation="data-size", random_state=0, **FAST).fit(fed)
+    for rec, fb in zip(tr.history_.rounds, tr.selector_.feedback_):
+        reporters = [k for k in rec.clients if k not in rec.failed]
+        assert fb.clients.tolist() == reporters and fb.updates.shape[0] == len(reporters)
+        n_k = fed.n_samples[reporters]
+        np.testing.assert_allclose(fb.weights, n_k / n_k.sum())
+        np.testing.assert_allclose(fb.global_after, fb.global_before + fb.weights @ fb.updates, rtol=1e-5, atol=1e-6)
+
+
+def test_selection_weights_are_applied_as_given_to_the_reporters(fed):
+    tr = FederatedTrainer(selector=Recorder(weights=0.05), clients_per_round=fed.n_clients, rounds=3, dropout=0.5,
+                          random_state=0, **FAST).fit(fed)
+    for fb in tr.selector_.feedback_:
+        np.testing.assert_allclose(fb.weights, 0.05)  # unnormalised: an unbiased estimator stays unbiased
+        np.testing.assert_allclose(fb.global_after, fb.global_before + 0.05 * fb.updates.sum(0), rtol=1e-5, atol=1e-6)
+
+
+def test_nobody_reports_leaves_the_model_unchanged(fed):
+    tr = FederatedTrainer(selector="random", rounds=3, availability=np.zeros(fed.n_clients), random_state=0,
+                          **FAST).fit(fed)
+    accs = [r.test_accuracy for r in tr.history_.rounds]
+    assert accs[0] == accs[1] == accs[2]
+    assert all(sorted(r.failed) == sorted(r.clients) for r in tr.history_.rounds)
+    c = tr.history_.rounds[0].costs
+    assert c.models_down == 5 and c.models_up == 0 and c.scalars_up == 0 and c.local_trainings == 0
+
+
+def test_availability_per_client_and_as_a_callable(fed):
+    small = fed.n_samples < np.median(fed.n_samples)
+
+    def avail(federation):
+        return np.where(federation.n_samples < np.median(federation.n_samples), 0.2, 1.0)
+
+    tr = FederatedTrainer(selector=Recorder(), clients_per_round=fed.n_clients, rounds=20, availability=avail,
+                          random_state=0, **FAST).fit(fed)
+    failed = np.zeros(fed.n_clients)
+    for r in tr.history_.rounds:
+        failed[r.failed] += 1
+    assert failed[~small].sum() == 0
+    assert 0.6 < failed[small].mean() / 20 < 1.0
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"dropout": 1.0}, r"dropout=1.0 is invalid; expected a number in \[0, 1\)"),
+        ({"dropout": -0.1}, "dropout=-0.1"),
+        ({"dropout": float("nan")}, "dropout=nan"),
+        ({"availability": [0.5] * 3}, r"availability=.*expected None, or 20 probabilities"),
+        ({"availability": np.full(20, 1.5)}, "availability"),
+        ({"availability": lambda f: np.ones(3)}, r"availability=.*-> .*expected None, or 20"),
+        ({"availability": "high"}, "availability='high'"),
+    ],
+)
+def test_bad_failure_parameters_are_named_before_training(fed, kw, match):
+    calls = []
+    with pytest.raises(ValueError, match=match):
+        FederatedTrainer(selector="random", rounds=2, callback=lambda *a: calls.append(a), **FAST, **kw).fit(fed)
+    assert not calls
+
+
+def test_history_keeps_who_failed(fed, tmp_path):
+    tr = FederatedTrainer(selector="random", rounds=8, dropout=0.5, random_state=0, **FAST).fit(fed)
+    assert any(r.failed for r in tr.history_.rounds)
+    tr.history_.to_json(tmp_path / "h.json")
+    assert History.from_json(tmp_path / "h.json") == tr.history_
+    tr.history_.to_csv(tmp_path / "h.csv")
+    assert "failed" in (tmp_path / "h.csv").read_text().splitlines()[0]
