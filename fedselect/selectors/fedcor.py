@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
+from .._validation import Interval, StrOptions
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param, is_int, is_real
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 from . import _gp
 
 __all__ = ["FedCorSelector", "FitRecord", "LossChangeRecord"]
@@ -255,29 +257,26 @@ class FedCorSelector(BaseSelector):
         self.random_state = random_state
 
     # -- parameters -------------------------------------------------------------------
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        for name, low in (
-            ("rank", 1),
-            ("gp_interval", 1),
-            ("warmup_rounds", 0),
-            ("warmup_history", 0),
-            ("history", 0),
-            ("warmup_iters", 0),
-            ("gp_iters", 0),
-        ):
-            value = getattr(self, name)
-            check_param(self, name, value, is_int(value) and value >= low, f"an integer >= {low}")
-        check_param(self, "beta", self.beta, is_real(self.beta) and 0 < self.beta <= 1, "a real number in (0, 1]")
-        check_param(self, "theta", self.theta, is_real(self.theta) and 0 < self.theta <= 1, "a real number in (0, 1]")
-        check_param(self, "gp_lr", self.gp_lr, is_real(self.gp_lr) and self.gp_lr > 0, "a real number > 0")
-        check_param(self, "noise", self.noise, is_real(self.noise) and self.noise > 0, "a real number > 0")
-        for name in ("update_mean", "posterior_noise"):
-            value = getattr(self, name)
-            check_param(self, name, value, isinstance(value, (bool, np.bool_)), "True or False")
-        check_param(self, "schedule", self.schedule, self.schedule in SCHEDULES, f"one of {SCHEDULES}")
+    # gp_lr is Adam's step: each step moves every embedding coordinate by up to about gp_lr, while the
+    # coordinates start at scale 1/sqrt(rank); above 1 the fit diverges (see _gp.LossChangeGP.fit).
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "rank": [Interval(Integral, 1, None, closed="left")],
+        "warmup_rounds": [Interval(Integral, 0, None, closed="left")],
+        "gp_interval": [Interval(Integral, 1, None, closed="left")],
+        "beta": [Interval(Real, 0, 1, closed="right")],
+        "theta": [Interval(Real, 0, 1, closed="right")],
+        "warmup_history": [Interval(Integral, 0, None, closed="left")],
+        "history": [Interval(Integral, 0, None, closed="left")],
+        "gp_lr": [Interval(Real, 0, 1, closed="right")],
+        "warmup_iters": [Interval(Integral, 0, None, closed="left")],
+        "gp_iters": [Interval(Integral, 0, None, closed="left")],
+        "noise": [Interval(Real, 0, None, closed="neither")],
+        "update_mean": ["boolean"],
+        "schedule": [StrOptions(SCHEDULES)],
+        "posterior_noise": ["boolean"],
+        "random_state": ["random_state"],
+    }
 
-    # -- learned state ----------------------------------------------------------------
     def _fit(self, pool: ClientPool) -> None:
         n_clients = pool.n_clients
         self.rng_ = check_random_state(self.random_state)
