@@ -10,9 +10,9 @@ An estimator (a selector, the trainer) declares what each ``__init__`` parameter
 
 Each parameter maps to a list of alternatives; a value is valid when it satisfies any of
 them. An alternative is a :class:`Constraint` or a shorthand: ``None`` (the value None),
-``"random_state"``, ``"array-like"``, ``"boolean"``, ``callable`` (any callable) or a
-type (an instance of it). :func:`validate_parameters` checks every declared parameter and
-writes every message the same way::
+``"random_state"``, ``"array-like"``, ``"boolean"``, ``"no_validation"`` (anything),
+``callable`` (any callable) or a type (an instance of it). :func:`validate_parameters`
+checks every declared parameter and writes every message the same way::
 
     PowerOfChoiceSelector: parameter d=0 is invalid; expected None or an int in [1, inf).
 
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "Anything",
     "Boolean",
     "Callables",
     "Constraint",
@@ -296,7 +297,18 @@ class Predicate(Constraint):
         return list(self.examples)
 
 
+class Anything(Constraint):
+    """Any value: a parameter declared on purpose as not validated (shorthand ``"no_validation"``)."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return "anything"
+
+
 _SHORTHANDS: dict[Any, Callable[[], Constraint]] = {
+    "no_validation": Anything,
     "random_state": RandomStates,
     "array-like": ArrayLike,
     "boolean": Boolean,
@@ -354,7 +366,7 @@ def validate_parameters(
     constraints : mapping
         Parameter name -> list of alternatives. Parameters without an entry are not
         checked (a test asserts that every built-in declares all of its parameters);
-        the string ``"no_validation"`` instead of a list skips one on purpose.
+        ``["no_validation"]`` declares one that is deliberately not checked.
 
     Raises
     ------
@@ -363,7 +375,7 @@ def validate_parameters(
     """
     for name, value in params.items():
         spec = constraints.get(name)
-        if spec is None or (isinstance(spec, str) and spec == "no_validation"):
+        if spec is None:
             continue
         alternatives = [make_constraint(c) for c in spec]
         if not any(c.is_satisfied_by(value) for c in alternatives):

@@ -405,8 +405,37 @@ class FedCorSelector(BaseSelector):
         weights = discount ** np.array([newest - r.round for r in records], dtype=np.float64)
         if self.update_mean:
             self._gp.set_mean(values, weights)
-        result = self._gp.fit(values, weights, iterations=iterations, lr=float(self.gp_lr))
+        try:
+            result = self._gp.fit(values, weights, iterations=iterations, lr=float(self.gp_lr))
+        except RuntimeError as exc:  # linear_operator's NanError / NotPSDError once the embeddings blow up
+            raise FloatingPointError(
+                f"FedCorSelector: the GP fit of round {t} ({kind}) diverged ({type(exc).__name__}: {exc}); lower "
+                f"gp_lr={self.gp_lr!r} (the paper uses 0.01) or check the clients' losses"
+            ) from exc
         self.fit_log_.append(FitRecord(int(t), kind, result.iterations, len(records), result.nll, result.seconds))
+        self._check_gp_fit(t, kind, result)
+
+    def _check_gp_fit(self, t: int, kind: str, result: _gp.FitResult) -> None:
+        """A fit whose objective is not finite is an error; one that ends worse than it began, a warning.
+
+        Adam with a fitting step decreases the weighted negative log-likelihood of Eq. (17); an
+        increase of more than 5 % of its magnitude (and 1 nat) means the steps overshoot, i.e.
+        gp_lr is too large for these loss changes, and the selections that follow use a bad GP.
+        """
+        if not np.isfinite(result.nll) or not np.isfinite(self._gp.root.detach().numpy()).all():
+            raise FloatingPointError(
+                f"FedCorSelector: the GP fit of round {t} ({kind}) diverged (negative log-likelihood "
+                f"{result.nll}); lower gp_lr={self.gp_lr!r} (the paper uses 0.01) or check the clients' losses"
+            )
+        start = result.initial_nll
+        if np.isfinite(start) and result.nll > start + max(1.0, 0.05 * abs(start)):
+            warnings.warn(
+                f"FedCorSelector: the GP fit of round {t} ({kind}) ended with a worse negative log-likelihood "
+                f"({result.nll:.4g}) than it started with ({start:.4g}): Adam overshoots; lower gp_lr={self.gp_lr!r} "
+                "(the paper uses 0.01)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
 
 @hookimpl
