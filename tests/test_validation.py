@@ -6,9 +6,11 @@ so a new selector or a new parameter is covered without touching this file.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import math
 from numbers import Integral, Real
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +31,20 @@ from fedselect.selection import ClientOracle, ClientPool
 from fedselect.testing import SyntheticOracle
 
 SELECTORS = fedselect.list_selectors()
+PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugins" / "fedselect-divfl" / "src" / "fedselect_divfl"
+
+
+def _example_plugin_class():
+    """The example plugin's DivFLSelector, loaded from its source (it is not installed here)."""
+    spec = importlib.util.spec_from_file_location("_divfl_for_validation", PLUGIN_SRC / "__init__.py")
+    if spec is None or not (PLUGIN_SRC / "__init__.py").is_file():
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DivFLSelector
+
+
+DIVFL = _example_plugin_class()
 
 
 def _cases(cls):
@@ -68,6 +84,18 @@ def test_every_init_parameter_has_a_declared_constraint(selector):
     params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     missing = [p for p in params if p not in cls.parameter_constraints()]
     assert not missing, f"{cls.__name__} declares no constraint for {missing} (add them to _parameter_constraints)"
+
+
+@pytest.mark.skipif(DIVFL is None, reason="example plugin source not present")
+def test_the_example_plugin_declares_and_enforces_every_parameter():
+    params = [p for p in inspect.signature(DIVFL.__init__).parameters if p != "self"]
+    assert set(params) <= set(DIVFL.parameter_constraints())
+    cases = list(_cases(DIVFL))
+    assert len(cases) > 20
+    for name, value in cases:
+        with pytest.raises(InvalidParameterError) as info:
+            DIVFL(**{name: value}).fit(ClientPool([3, 4, 5]))
+        _assert_names(info.value, "DivFLSelector", name, value)
 
 
 def test_every_trainer_parameter_has_a_declared_constraint():
