@@ -79,6 +79,11 @@ def _trainer_args(p: argparse.ArgumentParser) -> None:
 
 
 def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], trainer: dict[str, Any]) -> None:
+    new_partition = getattr(args, "partition", None)
+    if new_partition is not None and new_partition != federation.get("partition"):
+        # The preset's partition parameters belong to its partition, not to the one asked for.
+        for key in ("shards_per_client", "alpha"):
+            federation.pop(key, None)
     for attr, key in (("dataset", "dataset"), ("data_dir", "data_dir"), ("partition", "partition"),
                       ("n_clients", "n_clients"), ("shards_per_client", "shards_per_client"), ("alpha", "alpha"),
                       ("holdout", "holdout")):
@@ -125,7 +130,19 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_writable_file(out: Path) -> None:
+    """Refuse an output file that cannot be written, before hours of training rather than after."""
+    if out.is_dir():
+        raise IsADirectoryError(f"--out {out} is a directory; expected a .json or .csv file name")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"--out {out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise PermissionError(f"--out {out}: not writable")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .compare import check_plan
     from .data import make_federation
     from .plugins import get_selector
     from .presets import get_preset
@@ -136,6 +153,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     trainer = dict(preset.trainer)
     _apply_overrides(args, federation, trainer)
     label, name, params = parse_selector_spec(args.selector)
+    # Everything checkable before the data is loaded and training starts.
+    check_plan({label: (name, params)}, trainer=trainer, seeds=[args.seed])
+    if args.out:
+        _check_writable_file(Path(args.out))
     fed = make_federation(random_state=args.seed, **federation)
     print(fed.summary(), file=sys.stderr)
     tr = FederatedTrainer(selector=get_selector(name, **params), random_state=args.seed,
@@ -180,8 +201,7 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
             print(f"note: skipping {', '.join(missing)} (not installed)", file=sys.stderr)
     seeds = tuple(args.seeds) if args.seeds else preset.seeds
     if args.paired is not None and args.paired not in selectors:
-        raise SystemExit(f"fedselect: error: --paired {args.paired!r} is not one of the schemes compared: "
-                         f"{', '.join(selectors)}")
+        raise ValueError(f"--paired {args.paired!r} is not one of the schemes compared: {', '.join(selectors)}")
     target = trainer.get("target_accuracy") or preset.target
     out = Path(args.out) if args.out else Path("fedselect-results") / preset.name
     print(f"comparing {', '.join(selectors)} over seeds {list(seeds)}; results in {out}/", file=sys.stderr)
@@ -216,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"fedselect {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error (also: FEDSELECT_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("list", help="list installed selectors (from every plugin), datasets, models and presets",
@@ -268,8 +290,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a user's input or environment can cause: answered with one line and exit status 2. Anything else
+# (AttributeError, IndexError, AssertionError, ...) is a bug in fedselect or a plugin and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    KeyError, ValueError, TypeError, OSError, FloatingPointError, EOFError, RuntimeError, ImportError,
+    argparse.ArgumentTypeError,
+)
+
+
+def _one_line(exc: BaseException) -> str:
+    msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    msg = " ".join(str(msg).split()) or type(exc).__name__
+    if isinstance(exc, OSError | FloatingPointError | EOFError | RuntimeError | ImportError):
+        msg = f"{type(exc).__name__}: {msg}"
+    return msg
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``fedselect`` command."""
+    """Entry point of the ``fedselect`` command.
+
+    Returns 0 on success, 2 for a user error (bad option values, unreadable or unwritable
+    files, a diverging run; printed as one line ``fedselect: error: ...``), 130 when
+    interrupted. ``--debug`` (or ``FEDSELECT_DEBUG=1``) shows the traceback instead.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -280,11 +323,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: finished runs are saved; rerun the same command to resume", file=sys.stderr)
         return 130
-    except (KeyError, ValueError, FileNotFoundError, TypeError) as exc:
-        if os.environ.get("FEDSELECT_DEBUG"):
+    except USER_ERRORS as exc:
+        if args.debug or os.environ.get("FEDSELECT_DEBUG"):
             raise
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(f"fedselect: error: {msg}", file=sys.stderr)
+        print(f"fedselect: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import os
 import platform
 import re
@@ -26,11 +27,90 @@ import numpy as np
 
 from .simulation.history import History
 
-__all__ = ["Comparison", "load_comparison", "run_comparison"]
+__all__ = ["Comparison", "check_plan", "load_comparison", "run_comparison"]
 
 
 def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
+
+
+def check_plan(
+    selectors: Mapping[str, tuple[str, Mapping[str, Any]]],
+    *,
+    trainer: Mapping[str, Any],
+    seeds: Sequence[int],
+    out_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Check everything a comparison can check before it trains anything.
+
+    Builds every selector and checks its parameters against its declared constraints, checks
+    the trainer's parameters, refuses repeated or invalid seeds and labels whose file names
+    would collide, and checks that ``out_dir`` can be written (a result is written only when
+    its run has finished: an unwritable directory must not cost a run).
+
+    Returns
+    -------
+    built : dict
+        Label -> the selector instance.
+
+    Raises
+    ------
+    ValueError, TypeError, KeyError
+        The first problem found, naming the label, the parameter, the seed or the path.
+    """
+    from ._validation import Interval, InvalidParameterError, validate_parameters
+    from .plugins import get_selector
+    from .simulation.trainer import FederatedTrainer
+
+    if not selectors:
+        raise ValueError("no schemes to compare; give at least one (e.g. --selectors random fedcor)")
+    seed_ok = Interval(numbers.Integral, 0, 2**32 - 1, closed="both")
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("no seeds to run; give at least one (e.g. --seeds 0 1 2)")
+    for seed in seeds:
+        if not seed_ok.is_satisfied_by(seed):
+            raise InvalidParameterError(f"seed {seed!r} is invalid; expected {seed_ok}")
+    repeated = sorted({int(s) for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ValueError(
+            f"seeds {seeds} repeat {repeated}: a seed fixes the whole run, so a repeat would train the same run "
+            "twice and count it once; give distinct seeds"
+        )
+    slugs: dict[str, str] = {}
+    for label in selectors:
+        slug = _slug(label)
+        if slug in slugs:
+            raise ValueError(
+                f"labels {slugs[slug]!r} and {label!r} would both be saved as runs/{slug}__seed<k>.json; "
+                "give them distinct labels (e.g. --selectors a=NAME:... b=NAME:...)"
+            )
+        slugs[slug] = label
+    built = {}
+    for label, (name, params) in selectors.items():
+        sel = get_selector(name, **dict(params))
+        try:
+            sel._validate_params()
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"scheme {label!r}: {exc}") from exc
+        built[label] = sel
+    trainer_kw = {k: v for k, v in trainer.items() if k != "selector"}
+    tr = FederatedTrainer(**trainer_kw)  # unknown names: TypeError naming them
+    validate_parameters(tr, trainer_kw, FederatedTrainer._parameter_constraints)
+    if out_dir is not None:
+        _check_writable_dir(Path(out_dir) / "runs")
+    return built
+
+
+def _check_writable_dir(directory: Path) -> None:
+    """Create ``directory`` and prove a file can be written there, or raise OSError naming it."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OSError(f"cannot write results into {directory}: {exc.strerror or exc}") from exc
 
 
 def _commit() -> str:
@@ -369,18 +449,14 @@ def run_comparison(
     Comparison
     """
     from .data import make_federation
-    from .plugins import get_selector
     from .simulation.trainer import FederatedTrainer
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-    # Build every selector up front so a typo fails before hours of work.
-    built = {label: get_selector(name, **dict(params)) for label, (name, params) in selectors.items()}
+    # Everything checkable before hours of work: selectors and their parameters, the trainer's, seeds, labels, out.
+    built = check_plan(selectors, trainer=trainer, seeds=seeds, out_dir=out)
     trainer_kw = dict(trainer)
     trainer_kw.pop("selector", None)
-    FederatedTrainer(**trainer_kw)  # parameter names checked now
     commit = _commit()
     if command is None:
         command = [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv and sys.argv[0] else []

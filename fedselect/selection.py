@@ -30,15 +30,31 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 from typing_extensions import Self
 
+from ._validation import (
+    Interval,
+    InvalidParameterError,
+    Options,
+    Predicate,
+    StrOptions,
+    parameter_message,
+    validate_parameters,
+)
+
 __all__ = [
     "BaseSelector",
     "ClientOracle",
     "ClientPool",
+    "Interval",
+    "InvalidParameterError",
+    "Options",
+    "Predicate",
+    "StrOptions",
     "RoundFeedback",
     "Selection",
     "SelectionError",
     "check_client_ids",
     "check_param",
+    "check_selection_weights",
 ]
 
 
@@ -101,9 +117,12 @@ def check_param(
     ok: bool,
     allowed: str,
     *,
-    error: type[Exception] = ValueError,
+    error: type[Exception] = InvalidParameterError,
 ) -> None:
     """Raise ``error`` naming the class, the parameter, the value and what is allowed.
+
+    For rules that a declared constraint (``_parameter_constraints``, see
+    :mod:`fedselect._validation`) cannot express; the message has the same shape.
 
     Parameters
     ----------
@@ -117,9 +136,11 @@ def check_param(
         Whether ``value`` is acceptable.
     allowed : str
         A short description of the allowed values, e.g. ``"an integer >= 1"``.
+    error : exception type
+        Default :class:`~fedselect._validation.InvalidParameterError`, a ValueError and a TypeError.
     """
     if not ok:
-        raise error(f"{type(owner).__name__}: parameter {name}={value!r} is invalid; expected {allowed}.")
+        raise error(parameter_message(owner, name, value, allowed))
 
 
 def is_int(value: Any) -> bool:
@@ -129,7 +150,40 @@ def is_int(value: Any) -> bool:
 
 def is_real(value: Any) -> bool:
     """True for finite real numbers (not bools)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
+    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
+        return False
+    try:
+        return bool(np.isfinite(float(value)))
+    except OverflowError:  # an int beyond float range
+        return False
+
+
+def check_selection_weights(clients: np.ndarray, weights: np.ndarray | None, source: str) -> None:
+    """Raise :class:`SelectionError` for aggregation weights a round cannot use.
+
+    Weights are applied as given (no normalisation), so a negative weight moves the model
+    against a client's update and all-zero weights leave the round without effect; both
+    are selector bugs, never a legitimate estimator. Zero weights for some clients are fine.
+    """
+    if weights is None:
+        return
+    bad = np.flatnonzero(~np.isfinite(weights))
+    if bad.size:
+        raise SelectionError(
+            f"{source} returned non-finite aggregation weight(s) {weights[bad[:5]].tolist()} for client(s) "
+            f"{clients[bad[:5]].tolist()}; weights must be finite and >= 0"
+        )
+    neg = np.flatnonzero(weights < 0)
+    if neg.size:
+        raise SelectionError(
+            f"{source} returned negative aggregation weight(s) {weights[neg[:5]].tolist()} for client(s) "
+            f"{clients[neg[:5]].tolist()}; weights must be >= 0 (they multiply each client's update as given)"
+        )
+    if weights.size and not np.any(weights > 0):
+        raise SelectionError(
+            f"{source} returned aggregation weights that are all zero for clients {clients[:5].tolist()}"
+            f"{'...' if clients.size > 5 else ''}; at least one must be > 0 or the round changes nothing"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,7 +271,7 @@ class Selection:
                     f"Selection.weights must have one entry per client: {w.shape} weights for {clients.shape} clients"
                 )
             if not np.all(np.isfinite(w)):
-                raise ValueError("Selection.weights must be finite")
+                raise SelectionError(f"Selection.weights must be finite, got {w[~np.isfinite(w)][:5].tolist()}")
             object.__setattr__(self, "weights", w)
 
     def validated(
@@ -251,12 +305,13 @@ class Selection:
         Raises
         ------
         SelectionError
-            Empty, out of range, or (without ``variable_size``) not exactly ``n``
-            distinct clients.
+            Empty, out of range, (without ``variable_size``) not exactly ``n``
+            distinct clients, or weights that are negative or all zero.
         """
         c = self.clients
         if c.size == 0:
             raise SelectionError(f"{source} returned an empty selection (asked for {n} clients)")
+        check_selection_weights(c, self.weights, source)
         bad = c[(c < 0) | (c >= n_clients)]
         if bad.size:
             raise SelectionError(
@@ -422,6 +477,19 @@ class BaseSelector(BaseEstimator):
     needs: ClassVar[frozenset[str]] = frozenset()
     variable_size: ClassVar[bool] = False
     diagnostics: ClassVar[tuple[str, ...]] = ()
+    _parameter_constraints: ClassVar[dict[str, Any]] = {"random_state": ["random_state"]}
+
+    @classmethod
+    def parameter_constraints(cls) -> dict[str, list[Any]]:
+        """Each parameter's declared alternatives, merged over the class hierarchy (subclasses win).
+
+        See :mod:`fedselect._validation` for what an alternative may be. A selector inherits
+        ``random_state``'s constraint (None, a seed in [0, 2**32 - 1] or a RandomState).
+        """
+        merged: dict[str, list[Any]] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("_parameter_constraints", {}))
+        return merged
 
     # -- public API -----------------------------------------------------------------
     def fit(self, pool: ClientPool) -> Self:
@@ -470,8 +538,18 @@ class BaseSelector(BaseEstimator):
         if not is_int(round) or round < 0:
             raise ValueError(f"{type(self).__name__}.select: round={round!r} must be an integer >= 0")
         selection = self._select(int(n), round=int(round), oracle=oracle)
+        name = type(self).__name__
+        if selection is None:
+            raise TypeError(f"{name}._select returned None; it must return a Selection (or an array of client ids)")
         if not isinstance(selection, Selection):
-            selection = Selection(selection)
+            try:
+                selection = Selection(selection)
+            except (TypeError, ValueError) as exc:
+                raise SelectionError(
+                    f"{name}._select returned {type(selection).__name__} {selection!r:.80}, which is not a "
+                    f"Selection or an array of client ids: {exc}"
+                ) from exc
+        check_selection_weights(selection.clients, selection.weights, name)
         return selection
 
     def update(self, feedback: RoundFeedback) -> Self:
@@ -491,16 +569,19 @@ class BaseSelector(BaseEstimator):
 
     # -- for subclasses -------------------------------------------------------------
     def _validate_params(self) -> None:
-        """Check parameters; raise with :func:`check_param`. Called by :meth:`fit`."""
-        if "random_state" in self.get_params(deep=False):
-            rs = self.random_state  # type: ignore[attr-defined]
-            check_param(
-                self,
-                "random_state",
-                rs,
-                rs is None or is_int(rs) or isinstance(rs, np.random.RandomState),
-                "None, an int or a numpy RandomState",
-            )
+        """Check every parameter against :meth:`parameter_constraints`. Called first by :meth:`fit`.
+
+        A subclass with rules across parameters overrides this, calls ``super()._validate_params()``
+        first and raises with :func:`check_param`. Runtimes may call it before any fit (the CLI
+        checks every scheme of a comparison before training starts).
+
+        Raises
+        ------
+        InvalidParameterError
+            A ValueError and a TypeError naming the class, the parameter, the value and
+            what is allowed.
+        """
+        validate_parameters(self, self.get_params(deep=False), self.parameter_constraints())
 
     def _fit(self, pool: ClientPool) -> None:
         """Initialise learned state from ``pool``."""

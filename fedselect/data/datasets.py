@@ -35,6 +35,7 @@ import shutil
 import tarfile
 import tempfile
 import urllib.request
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,9 +188,27 @@ def _locate(dirs: Sequence[Path], names: Sequence[str], dataset: str, gz_ok: boo
 def _open_maybe_gzip(path: Path) -> bytes:
     with open(path, "rb") as fh:
         head = fh.read(2)
-    opener = gzip.open if head == b"\x1f\x8b" else open
-    with opener(path, "rb") as fh:
-        return fh.read()
+    if head != b"\x1f\x8b":
+        with open(path, "rb") as fh:
+            return fh.read()
+    try:
+        with gzip.open(path, "rb") as fh:
+            return fh.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(
+            f"{path}: corrupted or truncated gzip file ({exc}); delete it and copy or download it again"
+        ) from exc
+
+
+def _check_labels(labels: np.ndarray, n_classes: int, path: Path | str, dataset: str) -> None:
+    """Refuse labels outside ``0..n_classes - 1``: a corrupted byte would otherwise add classes to the model."""
+    bad = np.flatnonzero((labels < 0) | (labels >= n_classes))
+    if bad.size:
+        raise ValueError(
+            f"{path}: {bad.size} label(s) outside 0..{n_classes - 1} ({dataset} has {n_classes} classes), first "
+            f"{int(labels[bad[0]])} at position {int(bad[0])}; the file is corrupted: replace it (downloads are "
+            "SHA-256 checked)"
+        )
 
 
 def read_idx(path: PathLike) -> np.ndarray:
@@ -309,6 +328,7 @@ def _load_idx_dataset(
     download: bool,
     normalize: tuple[float, float] | None,
     system: Sequence[Path] = (),
+    n_classes: int = 10,
 ) -> Arrays:
     dirs = _search_dirs(data_dir, subdirs, system)
     try:
@@ -321,6 +341,8 @@ def _load_idx_dataset(
             _fetch(remote, dest)
         paths = _locate([dest], IDX_FILES, dataset)
     images_tr, labels_tr, images_te, labels_te = _read_idx_set(_stamp(paths))
+    _check_labels(labels_tr, n_classes, paths[1], dataset)
+    _check_labels(labels_te, n_classes, paths[3], dataset)
     return (
         _images_to_float(images_tr[:, None], normalize),
         labels_tr.astype(np.int64),
@@ -404,8 +426,11 @@ def load_mnist(
 
 
 def _unpickle_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    with open(path, "rb") as fh:
-        batch = pickle.load(fh, encoding="bytes")
+    try:
+        with open(path, "rb") as fh:
+            batch = pickle.load(fh, encoding="bytes")
+    except (EOFError, pickle.UnpicklingError, ValueError) as exc:
+        raise ValueError(f"{path}: corrupted or truncated CIFAR-10 batch ({exc}); replace the file") from exc
     try:
         data = np.asarray(batch[b"data"], dtype=np.uint8)
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
@@ -416,6 +441,7 @@ def _unpickle_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
             f"{path}: CIFAR-10 batch has data of shape {data.shape} and {labels.size} labels; "
             f"expected (n, 3072) and n labels"
         )
+    _check_labels(labels, 10, path, "CIFAR-10")
     return data.reshape(-1, 3, 32, 32), labels
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
 from .datasets import PathLike, load_dataset, make_synthetic
+from .partition import PARTITIONS
 from .partition import partition as _partition_by_name
 
 if TYPE_CHECKING:
@@ -266,6 +269,16 @@ def _synthetic_pool(
     return np.concatenate(X_tr), np.concatenate(y_tr), parts, np.concatenate(X_te), np.concatenate(y_te), n_classes
 
 
+_MAKE_FEDERATION_CONSTRAINTS: dict[str, list[Any]] = {
+    "dataset": [InstanceOf(str, "a registered dataset name or 'synthetic'")],
+    "partition": [StrOptions((*PARTITIONS, "natural")), callable],
+    "n_clients": [Interval(Integral, 1, None, closed="left")],
+    "holdout": [Interval(Real, 0, 1, closed="left")],
+    "random_state": ["random_state"],
+    "download": ["boolean"],
+}
+
+
 def make_federation(
     dataset: str = "digits",
     *,
@@ -323,10 +336,12 @@ def make_federation(
     >>> fed.n_clients, fed.input_shape
     (20, (1, 8, 8))
     """
-    if isinstance(n_clients, bool) or not isinstance(n_clients, int | np.integer) or n_clients < 1:
-        raise ValueError(f"n_clients must be a positive integer, got n_clients={n_clients!r}")
-    if not 0.0 <= holdout < 1.0:
-        raise ValueError(f"holdout must be in [0, 1), got holdout={holdout}")
+    validate_parameters(
+        "make_federation",
+        {"dataset": dataset, "partition": partition, "n_clients": n_clients, "holdout": holdout,
+         "random_state": random_state, "download": download},
+        _MAKE_FEDERATION_CONSTRAINTS,
+    )
     rng = check_random_state(random_state)
     seed = random_state if isinstance(random_state, int | np.integer) or random_state is None else "RandomState"
     metadata: dict[str, Any] = {

@@ -61,11 +61,12 @@ def threads_for(n_clients: int) -> int | None:
 
 @dataclass(frozen=True)
 class FitResult:
-    """What one fit did: Adam iterations, final weighted negative log-likelihood, wall-clock seconds."""
+    """What one fit did: Adam iterations, final and initial weighted negative log-likelihood, wall-clock seconds."""
 
     iterations: int
     nll: float
     seconds: float
+    initial_nll: float = float("nan")
 
 
 class LossChangeGP(gpytorch.Module):
@@ -184,13 +185,17 @@ class LossChangeGP(gpytorch.Module):
         w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
         with num_threads(threads_for(self.n_clients)):
             optimizer = _adam(self.root, lr)
-            for _ in range(int(iterations)):
+            initial = float("nan")
+            for i in range(int(iterations)):
                 optimizer.zero_grad(set_to_none=True)
-                self.weighted_nll(v, w).backward()
+                loss = self.weighted_nll(v, w)
+                if i == 0:
+                    initial = float(loss.detach())  # the objective before any step, read from the first pass
+                loss.backward()
                 optimizer.step()
             with torch.no_grad():
                 nll = float(self.weighted_nll(v, w))
-        return FitResult(int(iterations), nll, time.perf_counter() - start)
+        return FitResult(int(iterations), nll, time.perf_counter() - start, initial)
 
     # -- views ------------------------------------------------------------------------
     @property

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from numbers import Real
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._validation import Interval
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_param, is_real
+from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
 __all__ = ["ActiveFLSelector"]
 
@@ -106,11 +108,12 @@ class ActiveFLSelector(BaseSelector):
         self.alpha3 = alpha3
         self.random_state = random_state
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(self, "alpha1", self.alpha1, is_real(self.alpha1) and 0 <= self.alpha1 < 1, "a number in [0, 1)")
-        check_param(self, "alpha2", self.alpha2, is_real(self.alpha2) and self.alpha2 >= 0, "a finite number >= 0")
-        check_param(self, "alpha3", self.alpha3, is_real(self.alpha3) and 0 <= self.alpha3 <= 1, "a number in [0, 1]")
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "alpha1": [Interval(Real, 0, 1, closed="left")],
+        "alpha2": [Interval(Real, 0, None, closed="left")],
+        "alpha3": [Interval(Real, 0, 1, closed="both")],
+        "random_state": ["random_state"],
+    }
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._validation import StrOptions
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_param
+from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
 __all__ = ["ClusteredSamplingSelector", "allocate"]
 
@@ -265,17 +266,14 @@ class ClusteredSamplingSelector(BaseSelector):
         """Algorithm 2 needs each reporting client's update; Algorithm 1 nothing."""
         return frozenset({"updates"}) if self.method == "similarity" else frozenset()
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        for name, allowed in (
-            ("method", _METHODS),
-            ("linkage", _LINKAGES),
-            ("distance", _DISTANCES),
-            ("init", _INITS),
-            ("linkage_input", _LINKAGE_INPUTS),
-        ):
-            value = getattr(self, name)
-            check_param(self, name, value, isinstance(value, str) and value in allowed, f"one of {allowed}")
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "method": [StrOptions(_METHODS)],
+        "linkage": [StrOptions(_LINKAGES)],
+        "distance": [StrOptions(_DISTANCES)],
+        "init": [StrOptions(_INITS)],
+        "linkage_input": [StrOptions(_LINKAGE_INPUTS)],
+        "random_state": ["random_state"],
+    }
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._validation import StrOptions
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 
 __all__ = ["DataSizeSelector"]
 
@@ -79,9 +80,10 @@ class DataSizeSelector(BaseSelector):
         """FLSim's independent inclusion gives a random number of clients."""
         return self.mode == "flsim"
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(self, "mode", self.mode, isinstance(self.mode, str) and self.mode in _MODES, f"one of {_MODES}")
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "mode": [StrOptions(_MODES)],
+        "random_state": ["random_state"],
+    }
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

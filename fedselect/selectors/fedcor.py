@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
+from .._validation import Interval, StrOptions
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param, is_int, is_real
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 from . import _gp
 
 __all__ = ["FedCorSelector", "FitRecord", "LossChangeRecord"]
@@ -263,29 +265,26 @@ class FedCorSelector(BaseSelector):
         self.random_state = random_state
 
     # -- parameters -------------------------------------------------------------------
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        for name, low in (
-            ("rank", 1),
-            ("gp_interval", 1),
-            ("warmup_rounds", 0),
-            ("warmup_history", 0),
-            ("history", 0),
-            ("warmup_iters", 0),
-            ("gp_iters", 0),
-        ):
-            value = getattr(self, name)
-            check_param(self, name, value, is_int(value) and value >= low, f"an integer >= {low}")
-        check_param(self, "beta", self.beta, is_real(self.beta) and 0 < self.beta <= 1, "a real number in (0, 1]")
-        check_param(self, "theta", self.theta, is_real(self.theta) and 0 < self.theta <= 1, "a real number in (0, 1]")
-        check_param(self, "gp_lr", self.gp_lr, is_real(self.gp_lr) and self.gp_lr > 0, "a real number > 0")
-        check_param(self, "noise", self.noise, is_real(self.noise) and self.noise > 0, "a real number > 0")
-        for name in ("update_mean", "posterior_noise"):
-            value = getattr(self, name)
-            check_param(self, name, value, isinstance(value, (bool, np.bool_)), "True or False")
-        check_param(self, "schedule", self.schedule, self.schedule in SCHEDULES, f"one of {SCHEDULES}")
+    # gp_lr is Adam's step: each step moves every embedding coordinate by up to about gp_lr, while the
+    # coordinates start at scale 1/sqrt(rank); above 1 the fit diverges (see _gp.LossChangeGP.fit).
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "rank": [Interval(Integral, 1, None, closed="left")],
+        "warmup_rounds": [Interval(Integral, 0, None, closed="left")],
+        "gp_interval": [Interval(Integral, 1, None, closed="left")],
+        "beta": [Interval(Real, 0, 1, closed="right")],
+        "theta": [Interval(Real, 0, 1, closed="right")],
+        "warmup_history": [Interval(Integral, 0, None, closed="left")],
+        "history": [Interval(Integral, 0, None, closed="left")],
+        "gp_lr": [Interval(Real, 0, 1, closed="right")],
+        "warmup_iters": [Interval(Integral, 0, None, closed="left")],
+        "gp_iters": [Interval(Integral, 0, None, closed="left")],
+        "noise": [Interval(Real, 0, None, closed="neither")],
+        "update_mean": ["boolean"],
+        "schedule": [StrOptions(SCHEDULES)],
+        "posterior_noise": ["boolean"],
+        "random_state": ["random_state"],
+    }
 
-    # -- learned state ----------------------------------------------------------------
     def _fit(self, pool: ClientPool) -> None:
         n_clients = pool.n_clients
         self.rng_ = check_random_state(self.random_state)
@@ -418,8 +417,37 @@ class FedCorSelector(BaseSelector):
         weights = discount ** np.array([newest - r.round for r in records], dtype=np.float64)
         if self.update_mean:
             self._gp.set_mean(values, weights)
-        result = self._gp.fit(values, weights, iterations=iterations, lr=float(self.gp_lr))
+        try:
+            result = self._gp.fit(values, weights, iterations=iterations, lr=float(self.gp_lr))
+        except RuntimeError as exc:  # linear_operator's NanError / NotPSDError once the embeddings blow up
+            raise FloatingPointError(
+                f"FedCorSelector: the GP fit of round {t} ({kind}) diverged ({type(exc).__name__}: {exc}); lower "
+                f"gp_lr={self.gp_lr!r} (the paper uses 0.01) or check the clients' losses"
+            ) from exc
         self.fit_log_.append(FitRecord(int(t), kind, result.iterations, len(records), result.nll, result.seconds))
+        self._check_gp_fit(t, kind, result)
+
+    def _check_gp_fit(self, t: int, kind: str, result: _gp.FitResult) -> None:
+        """A fit whose objective is not finite is an error; one that ends worse than it began, a warning.
+
+        Adam with a fitting step decreases the weighted negative log-likelihood of Eq. (17); an
+        increase of more than 5 % of its magnitude (and 1 nat) means the steps overshoot, i.e.
+        gp_lr is too large for these loss changes, and the selections that follow use a bad GP.
+        """
+        if not np.isfinite(result.nll) or not np.isfinite(self._gp.root.detach().numpy()).all():
+            raise FloatingPointError(
+                f"FedCorSelector: the GP fit of round {t} ({kind}) diverged (negative log-likelihood "
+                f"{result.nll}); lower gp_lr={self.gp_lr!r} (the paper uses 0.01) or check the clients' losses"
+            )
+        start = result.initial_nll
+        if np.isfinite(start) and result.nll > start + max(1.0, 0.05 * abs(start)):
+            warnings.warn(
+                f"FedCorSelector: the GP fit of round {t} ({kind}) ended with a worse negative log-likelihood "
+                f"({result.nll:.4g}) than it started with ({start:.4g}): Adam overshoots; lower gp_lr={self.gp_lr!r} "
+                "(the paper uses 0.01)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
 
 @hookimpl

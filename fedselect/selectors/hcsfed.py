@@ -4,13 +4,15 @@ sample sizes re-allocated by cluster cohesion, importance sampling by update nor
 from __future__ import annotations
 
 import math
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._validation import Interval, StrOptions
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param, is_int, is_real
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 from ._compress import COMPRESSORS, make_compressor
 from .ocs import capped_probabilities
 
@@ -437,27 +439,17 @@ class HCSFedSelector(BaseSelector):
         self.uniform_mix = uniform_mix
         self.random_state = random_state
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(
-            self, "n_clusters", self.n_clusters, is_int(self.n_clusters) and self.n_clusters >= 1, "an integer >= 1"
-        )
-        r = self.compression_rate
-        check_param(self, "compression_rate", r, is_real(r) and 0 < r <= 1, "a number in (0, 1]")
-        check_param(
-            self,
-            "compressor",
-            self.compressor,
-            callable(self.compressor) or (isinstance(self.compressor, str) and self.compressor in COMPRESSORS),
-            f"one of {sorted(COMPRESSORS)} or a callable compressor(global_params, rng) -> transform",
-        )
-        check_param(self, "cohesion", self.cohesion, self.cohesion in _COHESIONS, f"one of {list(_COHESIONS)}")
-        check_param(
-            self, "kmeans_init", self.kmeans_init, self.kmeans_init in _INITS, f"one of {list(_INITS)}"
-        )
-        check_param(self, "rounding", self.rounding, self.rounding in _ROUNDINGS, f"one of {list(_ROUNDINGS)}")
-        eps = self.uniform_mix
-        check_param(self, "uniform_mix", eps, is_real(eps) and 0 <= eps < 1, "a number in [0, 1)")
+    # n_clusters <= N needs the federation: checked in _fit.
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "compression_rate": [Interval(Real, 0, 1, closed="right")],
+        "compressor": [StrOptions(sorted(COMPRESSORS)), callable],
+        "cohesion": [StrOptions(_COHESIONS)],
+        "kmeans_init": [StrOptions(_INITS)],
+        "rounding": [StrOptions(_ROUNDINGS)],
+        "uniform_mix": [Interval(Real, 0, 1, closed="left")],
+        "random_state": ["random_state"],
+    }
 
     def _fit(self, pool: ClientPool) -> None:
         if self.n_clusters > pool.n_clients:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._validation import StrOptions
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_param
+from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
 __all__ = ["LargestDistanceSelector"]
 
@@ -119,12 +120,10 @@ class LargestDistanceSelector(BaseSelector):
         """The paper's first round trains all N clients, whatever K is."""
         return self.initial == "all"
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(
-            self, "initial", self.initial, isinstance(self.initial, str) and self.initial in _INITIAL,
-            f"one of {_INITIAL}",
-        )
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "initial": [StrOptions(_INITIAL)],
+        "random_state": ["random_state"],
+    }
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from numbers import Integral
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._validation import Interval
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param, is_int
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, is_int
 
 __all__ = ["OptimalClientSamplingSelector", "capped_probabilities", "optimal_probabilities"]
 
@@ -189,12 +191,10 @@ class OptimalClientSamplingSelector(BaseSelector):
         self.random_state = random_state
         self.budget = budget
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(
-            self, "budget", self.budget, self.budget is None or (is_int(self.budget) and self.budget >= 1),
-            "None or an integer >= 1",
-        )
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "budget": [None, Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+    }
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

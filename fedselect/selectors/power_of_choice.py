@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from numbers import Integral
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._validation import Interval
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param, is_int
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 
 __all__ = ["PowerOfChoiceSelector"]
 
@@ -77,9 +79,11 @@ class PowerOfChoiceSelector(BaseSelector):
         self.d = d
         self.random_state = random_state
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(self, "d", self.d, self.d is None or (is_int(self.d) and self.d >= 1), "None or an integer >= 1")
+    # d >= n is a rule across d and select's n, checked in _select.
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "d": [None, Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+    }
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

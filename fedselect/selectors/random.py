@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-import numpy as np
 from sklearn.utils import check_random_state
 
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 
 __all__ = ["RandomSelector"]
 
@@ -70,9 +69,7 @@ class RandomSelector(BaseSelector):
         """With replacement a draw may repeat a client, so fewer than ``n`` distinct clients may train."""
         return bool(self.replace)
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(self, "replace", self.replace, isinstance(self.replace, (bool, np.bool_)), "True or False")
+    _parameter_constraints: ClassVar[dict[str, Any]] = {"replace": ["boolean"], "random_state": ["random_state"]}
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 
 __all__ = ["RoundRobinSelector"]
 
@@ -76,9 +76,7 @@ class RoundRobinSelector(BaseSelector):
         """FLSim's reading returns the short remainder at the end of a pass."""
         return bool(self.flsim)
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(self, "flsim", self.flsim, isinstance(self.flsim, (bool, np.bool_)), "True or False")
+    _parameter_constraints: ClassVar[dict[str, Any]] = {"flsim": ["boolean"], "random_state": ["random_state"]}
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, clone
 from typing_extensions import Self
 
+from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
 from ..ledger import Costs, RoundLedger
 from ..selection import (
     BaseSelector,
@@ -388,39 +390,68 @@ class FederatedTrainer(BaseEstimator):
         self.availability = availability
 
     # -- validation -----------------------------------------------------------------
+    # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
+    # all before anything is built, and the tests generate invalid values for each one.
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "selector": [None, InstanceOf(str, "a registered selector name"), InstanceOf(BaseSelector, "a BaseSelector")],
+        "model": [InstanceOf(str, "a registered model name"), InstanceOf(torch.nn.Module, "a torch.nn.Module")],
+        "model_params": [None, InstanceOf(Mapping, "a mapping of keyword arguments")],
+        "clients_per_round": [Interval(Integral, 1, None, closed="left")],
+        "rounds": [Interval(Integral, 1, None, closed="left")],
+        "local_steps": [None, Interval(Integral, 1, None, closed="left")],
+        "local_epochs": [None, Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "lr_schedule": [None, StrOptions(("fedcor",)), InstanceOf(Mapping, "a {round: factor} mapping"), callable],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "aggregation": [StrOptions(_AGGREGATIONS)],
+        "prox_mu": [Interval(Real, 0, None, closed="left")],
+        "target_accuracy": [None, Interval(Real, 0, 1, closed="right")],
+        "stop_at_target": ["boolean"],
+        "eval_every": [Interval(Integral, 1, None, closed="left")],
+        "track_global_loss": ["boolean"],
+        "random_state": [None, Interval(Integral, 0, None, closed="left")],
+        "progress": ["boolean"],
+        "n_threads": [None, Interval(Integral, 1, None, closed="left")],
+        "callback": [None, callable],
+    }
+
     def _validate(self, fed: Any) -> None:
+        """Check every parameter, the federation and the selector's parameters before anything is built."""
+        from ..data.federation import Federation
+
+        if not isinstance(fed, Federation):
+            raise TypeError(
+                f"FederatedTrainer.fit expects a Federation, got {type(fed).__name__} {fed!r:.60}; build one with "
+                "fedselect.data.make_federation(...), e.g. make_federation('digits', n_clients=20)"
+            )
+        validate_parameters(self, self.get_params(deep=False), self._parameter_constraints)
         n = fed.n_clients
-        check_param(self, "rounds", self.rounds, is_int(self.rounds) and self.rounds >= 1, "an integer >= 1")
         check_param(
             self,
             "clients_per_round",
             self.clients_per_round,
-            is_int(self.clients_per_round) and 1 <= self.clients_per_round <= n,
+            self.clients_per_round <= n,
             f"an integer between 1 and the federation's {n} clients",
         )
-        check_param(self, "batch_size", self.batch_size, is_int(self.batch_size) and self.batch_size >= 1,
-                    "an integer >= 1")
         if self.local_steps is not None and self.local_epochs is not None:
             raise ValueError("FederatedTrainer: set local_steps or local_epochs, not both")
-        for name in ("local_steps", "local_epochs"):
-            v = getattr(self, name)
-            check_param(self, name, v, v is None or (is_int(v) and v >= 1), "None or an integer >= 1")
-        check_param(self, "lr", self.lr, is_real(self.lr) and self.lr > 0, "a positive finite number")
-        for name in ("weight_decay", "prox_mu"):
-            v = getattr(self, name)
-            check_param(self, name, v, is_real(v) and v >= 0, "a finite number >= 0")
-        check_param(self, "aggregation", self.aggregation, self.aggregation in _AGGREGATIONS,
-                    f"one of {_AGGREGATIONS}")
-        t = self.target_accuracy
-        check_param(self, "target_accuracy", t, t is None or (is_real(t) and 0 < t <= 1), "None or a number in (0, 1]")
-        check_param(self, "eval_every", self.eval_every, is_int(self.eval_every) and self.eval_every >= 1,
-                    "an integer >= 1")
         check_param(self, "dropout", self.dropout, is_real(self.dropout) and 0 <= self.dropout < 1,
                     "a number in [0, 1): the probability that a client fails to answer in a round")
         self._report_probabilities(fed)
         s = self.lr_schedule
-        check_param(self, "lr_schedule", s, s is None or s == "fedcor" or callable(s) or isinstance(s, Mapping),
-                    'None, "fedcor", a {round: factor} mapping or a callable')
+        if isinstance(s, Mapping):
+            ok = all(is_int(k) and k >= 0 and is_real(v) and v > 0 for k, v in s.items())
+            check_param(self, "lr_schedule", s, ok, "a mapping of rounds (int >= 0) to factors (finite > 0)")
+        # The selector's own parameters, now rather than after the model is built (a name is resolved,
+        # which names the registered ones when it is unknown).
+        sel = self.selector
+        if isinstance(sel, str):
+            from ..plugins import get_selector
+
+            sel = get_selector(sel)
+        if sel is not None:
+            sel._validate_params()
 
     def _report_probabilities(self, fed: Any) -> np.ndarray | None:
         """Each client's probability of answering in a round, or None when every client always answers."""

@@ -136,8 +136,12 @@ def test_make_federation_errors():
         make_federation("no-such-dataset")
     with pytest.raises(ValueError, match="shards_per_clients"):
         make_federation("digits", partition="shards", shards_per_clients=2)
-    with pytest.raises(ValueError, match="known schemes"):
+    with pytest.raises(ValueError, match=r"parameter partition='pathological' is invalid; expected one"):
         make_federation("digits", partition="pathological")
+    with pytest.raises(ValueError, match=r"make_federation: parameter random_state=-1 is invalid"):
+        make_federation("digits", random_state=-1)
+    with pytest.raises(ValueError, match=r"make_federation: parameter n_clients=2.0 is invalid"):
+        make_federation("digits", n_clients=2.0)
 
 
 def test_make_federation_synthetic():

@@ -99,11 +99,11 @@ def test_selection_stream_separate_from_training_stream(digits_fed):
 
 
 def test_weights_are_applied_to_deltas_as_given(digits_fed):
-    tr = FederatedTrainer(selector=Fixed(clients=(4, 1, 7), weights=[2.0, 0.5, -0.25]), random_state=0, **FAST)
+    tr = FederatedTrainer(selector=Fixed(clients=(4, 1, 7), weights=[2.0, 0.5, 0.25]), random_state=0, **FAST)
     tr.fit(digits_fed)
     for fb in tr.selector_.feedback_:
         order = np.argsort([4, 1, 7])  # validated selections are sorted
-        w = np.array([2.0, 0.5, -0.25])[order]
+        w = np.array([2.0, 0.5, 0.25])[order]
         np.testing.assert_allclose(fb.weights, w)
         expected = fb.global_before + (w[:, None] * fb.updates).sum(0)
         np.testing.assert_allclose(fb.global_after, expected, rtol=1e-5, atol=1e-6)

@@ -42,7 +42,7 @@ def test_needs_follow_the_source():
     "params, match",
     [
         ({"source": "fresh"}, r"DivFLSelector: parameter source='fresh' is invalid; expected one of"),
-        ({"projection_dim": 0}, r"parameter projection_dim=0 is invalid; expected None or an integer >= 1"),
+        ({"projection_dim": 0}, r"parameter projection_dim=0 is invalid; expected None or an int in \[1, inf\)"),
         ({"projection_dim": 2.5}, r"parameter projection_dim=2.5"),
         ({"random_state": "x"}, r"parameter random_state='x'"),
     ],

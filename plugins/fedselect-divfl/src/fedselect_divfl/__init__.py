@@ -12,15 +12,15 @@ so once it is installed, ``fedselect.get_selector("divfl")`` builds a
 
 from __future__ import annotations
 
-import numbers
-from typing import Any
+from numbers import Integral
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
 import fedselect
 from fedselect import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
-from fedselect.selection import check_param
+from fedselect.selection import Interval, StrOptions
 
 __all__ = ["DivFLSelector", "facility_location_greedy", "pairwise_distances"]
 __version__ = "0.1"
@@ -87,10 +87,6 @@ def facility_location_greedy(
         free[best] = False
         cover = np.minimum(cover, distances[:, best])
     return np.asarray(picked, dtype=np.int64)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 class DivFLSelector(BaseSelector):
@@ -185,16 +181,13 @@ class DivFLSelector(BaseSelector):
         """The stale source learns from the updates of the round; the probe asks for its own."""
         return frozenset({"updates"}) if self.source == "stale" else frozenset()
 
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_param(self, "source", self.source, self.source in _SOURCES, f"one of {list(_SOURCES)}")
-        check_param(
-            self,
-            "projection_dim",
-            self.projection_dim,
-            self.projection_dim is None or (_is_int(self.projection_dim) and self.projection_dim >= 1),
-            "None or an integer >= 1",
-        )
+    # Declared as data: fedselect checks them at fit, names the parameter in every message, and its
+    # tests generate invalid values for each of them.
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "source": [StrOptions(_SOURCES)],
+        "projection_dim": [None, Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+    }
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)
