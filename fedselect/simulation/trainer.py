@@ -414,6 +414,8 @@ class FederatedTrainer(BaseEstimator):
         "progress": ["boolean"],
         "n_threads": [None, Interval(Integral, 1, None, closed="left")],
         "callback": [None, callable],
+        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "availability": [None, "array-like", callable],  # its length and range are checked against the federation
     }
 
     def _validate(self, fed: Any) -> None:
@@ -436,8 +438,6 @@ class FederatedTrainer(BaseEstimator):
         )
         if self.local_steps is not None and self.local_epochs is not None:
             raise ValueError("FederatedTrainer: set local_steps or local_epochs, not both")
-        check_param(self, "dropout", self.dropout, is_real(self.dropout) and 0 <= self.dropout < 1,
-                    "a number in [0, 1): the probability that a client fails to answer in a round")
         self._report_probabilities(fed)
         s = self.lr_schedule
         if isinstance(s, Mapping):

@@ -138,13 +138,14 @@ def test_availability_per_client_and_as_a_callable(fed):
 @pytest.mark.parametrize(
     "kw, match",
     [
-        ({"dropout": 1.0}, r"dropout=1.0 is invalid; expected a number in \[0, 1\)"),
+        ({"dropout": 1.0}, r"dropout=1.0 is invalid; expected a finite number in \[0, 1\)"),
         ({"dropout": -0.1}, "dropout=-0.1"),
         ({"dropout": float("nan")}, "dropout=nan"),
         ({"availability": [0.5] * 3}, r"availability=.*expected None, or 20 probabilities"),
         ({"availability": np.full(20, 1.5)}, "availability"),
         ({"availability": lambda f: np.ones(3)}, r"availability=.*-> .*expected None, or 20"),
         ({"availability": "high"}, "availability='high'"),
+        ({"availability": 3}, "availability=3"),
     ],
 )
 def test_bad_failure_parameters_are_named_before_training(fed, kw, match):

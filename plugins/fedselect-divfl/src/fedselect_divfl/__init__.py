@@ -131,6 +131,10 @@ class DivFLSelector(BaseSelector):
     Cost per round: the ``N x N`` distances are refreshed for the clients that reported,
     O(|S| N p) (``p = D`` without projection); the greedy is O(n N^2).
 
+    **Clients that do not answer** the probe (NaN rows, see :class:`fedselect.ClientOracle`)
+    keep their last representation and still count among the clients to cover, but are
+    not chosen while at least ``n`` clients answered (they cannot train this round).
+
     Parameters
     ----------
     source : {"stale", "probe"}, default="stale"
@@ -245,21 +249,31 @@ class DivFLSelector(BaseSelector):
 
     # -- selection -------------------------------------------------------------------
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
+        reachable = np.ones(self.n_clients_, dtype=bool)
         if self.source == "probe":
             everyone = np.arange(self.n_clients_)
             transform = None if self.projection_dim is None else self._project
-            rows = oracle.local_updates(everyone, transform=transform)
+            rows = np.asarray(oracle.local_updates(everyone, transform=transform), dtype=np.float32)
             if transform is None:
                 rows = self._project(rows)
-            self._set_representations(everyone, rows, round=round, full=True)
-        unseen = np.flatnonzero(~self.seen_)
+            # A client that did not answer (NaN row) keeps its last representation and cannot train this round.
+            answered = ~np.isnan(rows).any(axis=1)
+            if answered.any():
+                self._set_representations(everyone[answered], rows[answered], round=round, full=bool(answered.all()))
+            if answered.sum() >= n:
+                reachable = answered
+        unseen = np.flatnonzero(~self.seen_ & reachable)
         if unseen.size >= n:
             self.last_objective_ = None
             return Selection(np.sort(self.rng_.choice(unseen, size=n, replace=False)))
         seen = np.flatnonzero(self.seen_)
         dist = self.distances_[np.ix_(seen, seen)]  # type: ignore[index]
-        # A random scan order breaks ties (e.g. identical updates) without favouring low ids.
-        picks = facility_location_greedy(dist, n - unseen.size, order=self.rng_.permutation(seen.size))
+        candidates = np.flatnonzero(reachable[seen])
+        # A random scan order breaks ties (e.g. identical updates) without favouring low ids; scanning only
+        # the reachable clients keeps the others out while they still count among the clients to cover.
+        picks = facility_location_greedy(
+            dist, n - unseen.size, order=candidates[self.rng_.permutation(candidates.size)]
+        )
         self.last_objective_ = float(dist[:, picks].min(axis=1).sum())
         return Selection(np.sort(np.concatenate([unseen, seen[picks]])))
 
