@@ -1,4 +1,4 @@
-"""FederationClients: the clients of a fedselect Federation as a Flower ClientApp, training with the simulator's Engine."""
+"""FederationClients: a fedselect Federation's clients as a Flower ClientApp, training with the simulator's Engine."""
 
 from __future__ import annotations
 
