@@ -22,3 +22,8 @@ def fed20():
 @pytest.fixture(scope="module")
 def fed8():
     return make_federation("digits", partition="shards", n_clients=8, random_state=1)
+
+
+@pytest.fixture(scope="module")
+def fed10_digits():
+    return make_federation("digits", partition="shards", n_clients=10, random_state=2)
