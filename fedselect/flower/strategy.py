@@ -124,14 +124,14 @@ class FlowerOracle(ClientOracle):
         return RecordDict({"config": cfg})
 
     def _ask(self, ids: np.ndarray, message_type: str, kind: str, extra: dict[str, Any],
-             model: np.ndarray | None = None, send_model: bool = True) -> dict[int, RecordDict]:
+             model: np.ndarray | None = None) -> dict[int, RecordDict]:
         """Send one message per id and return the content of each valid reply by client id.
 
         Ids without a live node and ids that time out or answer with an error are marked
         failed on the ledger.
         """
         led = self._led
-        newly = set(led.send_model(ids).tolist()) if send_model and model is None else set()
+        newly = set(led.send_model(ids).tolist()) if model is None else set()
         messages = []
         for k in ids.tolist():
             node = self._st._node_of.get(k)
@@ -147,8 +147,7 @@ class FlowerOracle(ClientOracle):
         return got
 
     def _train(self, ids: np.ndarray, purpose: str) -> dict[int, tuple[np.ndarray, int, int]]:
-        got = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose},
-                        send_model=purpose == "main")
+        got = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose})
         out = {}
         for k, content in got.items():
             try:
@@ -177,41 +176,42 @@ class FlowerOracle(ClientOracle):
         if ids.size == 0:
             raise ValueError("oracle.trial: needs at least one client id")
         base = self.losses(np.arange(self.n_clients))  # paid once per round
-        trainers = np.array([k for k in ids.tolist() if not led.is_failed(k)], dtype=np.int64)
-        got = self._train(trainers, "trial") if trainers.size else {}
-        ok = np.array(sorted(got), dtype=np.int64)
-        led.record_trial_training(
-            ok,
-            steps=sum(got[k][1] for k in ok.tolist()),
-            sample_gradients=sum(got[k][2] for k in ok.tolist()),
-        )
+        self._train_and_record(led.to_train(ids), "trial")  # kept: a trial client chosen later is not retrained
+        alive = led.alive(ids)
+        if not alive.size:  # no trial client answered: nothing was learned
+            return np.full(self.n_clients, np.nan)
+        led.upload(alive)
+        w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
+        theta_trial = _apply(self._theta, np.stack([np.asarray(led.update(int(k))) for k in alive]), w)
+        everyone = led.alive(np.arange(self.n_clients))
+        answers = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=theta_trial)
         after = np.full(self.n_clients, np.nan)
+        evaluated = 0
+        for k, content in answers.items():
+            after[k] = float(content["metrics"][P.LOSS_KEY])
+            evaluated += int(content["metrics"].get(P.EVALUATED, 0))
+        led.record_trial(len(answers), samples_evaluated=evaluated)
+        out = after - base
+        out[sorted(led.failed)] = np.nan
+        return out
+
+    def _train_and_record(self, todo: np.ndarray, purpose: str) -> None:
+        if not todo.size:
+            return
+        got = self._train(todo, purpose)
+        ok = np.array(sorted(got), dtype=np.int64)
         if ok.size:
-            w = self._st._rule_weights(Selection(ok).validated(self.n_clients, ok.size, variable_size=True))
-            theta_trial = _apply(self._theta, np.stack([got[k][0] for k in ok.tolist()]), w)
-            everyone = np.array([k for k in range(self.n_clients) if not led.is_failed(k)], dtype=np.int64)
-            answers = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=theta_trial)
-            evaluated = 0
-            for k, content in answers.items():
-                after[k] = float(content["metrics"][P.LOSS_KEY])
-                evaluated += int(content["metrics"].get(P.EVALUATED, 0))
-            led.record_trial(len(answers), samples_evaluated=evaluated)
-        return after - base
+            self._led.record_training(
+                ok,
+                [got[k][0] for k in ok.tolist()],
+                steps=sum(got[k][1] for k in ok.tolist()),
+                sample_gradients=sum(got[k][2] for k in ok.tolist()),
+            )
 
     def local_updates(self, ids: Any, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         led = self._led
         ids = led.ids(ids, "oracle.local_updates")
-        todo = led.to_train(ids)
-        if todo.size:
-            got = self._train(todo, "main")
-            ok = np.array(sorted(got), dtype=np.int64)
-            if ok.size:
-                led.record_training(
-                    ok,
-                    [got[k][0] for k in ok.tolist()],
-                    steps=sum(got[k][1] for k in ok.tolist()),
-                    sample_gradients=sum(got[k][2] for k in ok.tolist()),
-                )
+        self._train_and_record(led.to_train(ids), "main")
         alive = [k for k in ids.tolist() if not led.is_failed(k)]
         led.upload(np.asarray(alive, dtype=np.int64))  # the full update went up (transforms run on the server)
         rows: list[np.ndarray | None] = []
