@@ -20,11 +20,11 @@ import warnings
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_HOME", tempfile.mkdtemp(prefix="fedselect-bench-flwr-"))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import fedselect  # noqa: E402
-from fedselect.flower import FederationClients, LocalGrid, SelectorStrategy  # noqa: E402
+import fedselect
+from fedselect.flower import FederationClients, LocalGrid, SelectorStrategy
 
 SCHEMES = {
     "random": {},
