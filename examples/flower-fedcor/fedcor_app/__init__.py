@@ -1,0 +1,1 @@
+"""FedCor on Fashion-MNIST partitions as a Flower app (fedselect)."""

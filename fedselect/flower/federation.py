@@ -1,0 +1,164 @@
+"""FederationClients: a fedselect Federation's clients as a Flower ClientApp, training with the simulator's Engine."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, Context, MetricRecord
+from flwr.clientapp import ClientApp
+
+from ..simulation.engine import Engine, LocalSchedule
+from ..simulation.models import build_model
+from .client import make_client_app
+
+__all__ = ["FederationClients"]
+
+
+class FederationClients:
+    """Every client of a :class:`~fedselect.data.Federation`, served through Flower.
+
+    Client k (a node whose ``partition-id`` is k) trains on ``federation.client_indices[k]``
+    with the simulator's :class:`~fedselect.simulation.engine.Engine`: the same model
+    initialisation, minibatch stream ``(seed, t, k)``, learning rate and arithmetic as
+    :class:`fedselect.FederatedTrainer` with the same ``random_state``, one client at a time.
+    Its loss is measured on its evaluation part (``federation.loss_indices[k]``). This is
+    how the same experiment runs in simulation and on Flower; each process (a Ray worker, a
+    SuperNode) builds its own Engine once.
+
+    Parameters
+    ----------
+    federation : Federation or callable
+        The federation, or a function returning it (called once per process: a SuperNode
+        loads its data itself).
+    model, model_params, local_steps, local_epochs, batch_size, lr, weight_decay, prox_mu, random_state
+        As in :class:`fedselect.FederatedTrainer` (a constant learning rate; ``lr`` may be
+        overridden per round by the train config key ``"lr"``).
+    pooled_losses : bool, default False
+        Measure l_k as the simulator does when it asks every client at once: one forward
+        pass over the whole federation's evaluation data, row k (cached per model within a
+        process). The per-client forward pass (the default, what a real client does) differs
+        from that in the last bits (about 1e-8: matrix products of other shapes round
+        differently), which is enough to flip a close GP argmax in FedCor after some rounds;
+        tests that compare the two worlds client by client set this.
+
+    Notes
+    -----
+    A model with dropout trains with other masks than the simulator's (which draws masks
+    for all chosen clients at once), so only dropout-free models reproduce it exactly.
+    """
+
+    def __init__(
+        self,
+        federation: Any,
+        *,
+        model: str = "mlp",
+        model_params: Mapping[str, Any] | None = None,
+        local_steps: int | None = None,
+        local_epochs: int | None = None,
+        batch_size: int = 32,
+        lr: float = 0.05,
+        weight_decay: float = 0.0,
+        prox_mu: float = 0.0,
+        random_state: int = 0,
+        pooled_losses: bool = False,
+    ) -> None:
+        if local_steps is not None and local_epochs is not None:
+            raise ValueError("FederationClients: set local_steps or local_epochs, not both")
+        self._federation = federation
+        self.model = model
+        self.model_params = dict(model_params or {})
+        self.schedule = LocalSchedule(batch_size, steps=local_steps) if local_steps is not None else \
+            LocalSchedule(batch_size, epochs=local_epochs or 1)
+        self.lr = float(lr)
+        self.weight_decay = float(weight_decay)
+        self.prox_mu = float(prox_mu)
+        self.seeds = np.random.SeedSequence(int(random_state)).generate_state(3)
+        self.pooled_losses = bool(pooled_losses)
+        self._pooled: tuple[bytes, np.ndarray] | None = None
+        self._engine: Engine | None = None
+        self._fed: Any = None
+
+    # -- lazily built, once per process -----------------------------------------------
+    @property
+    def federation(self) -> Any:
+        if self._fed is None:
+            fed = self._federation
+            self._fed = fed() if callable(fed) else fed
+        return self._fed
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            fed = self.federation
+            torch.manual_seed(int(self.seeds[2]))
+            module = build_model(self.model, fed.input_shape, fed.n_classes, **self.model_params)
+            self._engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
+        return self._engine
+
+    def _flat(self, arrays: list[np.ndarray]) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate([np.asarray(a, dtype=np.float32).reshape(-1) for a in arrays]))
+
+    def _split(self, flat: torch.Tensor) -> list[np.ndarray]:
+        return [t.numpy().copy() for t in self.engine.unflatten(flat.detach()).values()]
+
+    # -- what a ServerApp needs -------------------------------------------------------
+    def initial_arrays(self) -> ArrayRecord:
+        """The initial global model, one array per parameter (the simulator's order)."""
+        eng = self.engine
+        flat = eng.initial_parameters()
+        return ArrayRecord(array_dict={n: Array(a) for n, a in zip(eng.names, self._split(flat))})
+
+    def n_samples(self, k: int) -> int:
+        return int(self.federation.n_samples[k])
+
+    def train(self, parameters: list[np.ndarray], config: dict[str, Any], context: Context):
+        """Train client ``partition-id`` from ``parameters``; returns its update and its cost counts."""
+        k = int(context.node_config["partition-id"])
+        t = int(config.get("fedselect-round", int(config.get("server-round", 1)) - 1))
+        purpose = str(config.get("fedselect-purpose", "main"))
+        eng = self.engine
+        batches = eng.client_batches(self.federation.client_indices, self.schedule, int(self.seeds[0]), t, [k])
+        tag = {"main": 0, "trial": 1}.get(purpose, 2)
+        dropout_seed = int(np.random.SeedSequence([int(self.seeds[0]), t, tag]).generate_state(1)[0])
+        delta = eng.train(self._flat(parameters), batches, lr=float(config.get("lr", self.lr)),
+                          weight_decay=self.weight_decay, prox_mu=self.prox_mu, dropout_seed=dropout_seed)[0]
+        metrics = {
+            "fedselect-local-steps": len(batches[0]),
+            "fedselect-sample-gradients": int(sum(len(b) for b in batches[0])),
+        }
+        return self._split(delta), metrics
+
+    def evaluate(self, parameters: list[np.ndarray], config: dict[str, Any], context: Context):
+        """l_k on client ``partition-id``'s evaluation data."""
+        k = int(context.node_config["partition-id"])
+        eng = self.engine
+        flat = self._flat(parameters)
+        if not self.pooled_losses:
+            return float(eng.client_losses(flat, np.array([k]))[0]), int(eng.eval_sizes[k])
+        key = hashlib.sha1(flat.numpy().tobytes()).digest()
+        if self._pooled is None or self._pooled[0] != key:
+            self._pooled = (key, eng.client_losses(flat, None))
+        return float(self._pooled[1][k]), int(eng.eval_sizes[k])
+
+    def client_app(self) -> ClientApp:
+        """The ClientApp (see :func:`~fedselect.flower.make_client_app`)."""
+        return make_client_app(
+            self.train,
+            self.evaluate,
+            num_examples=lambda ctx: self.n_samples(int(ctx.node_config["partition-id"])),
+            train_returns="update",
+        )
+
+    def evaluate_fn(self) -> Callable[[int, ArrayRecord], MetricRecord]:
+        """A centralised evaluation for ``Strategy.start``: test loss and accuracy of the global model."""
+
+        def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+            flat = self._flat([arrays[n].numpy() for n in self.engine.names])
+            loss, acc = self.engine.test(flat)
+            return MetricRecord({"test-loss": loss, "test-accuracy": acc})
+
+        return evaluate

@@ -1,0 +1,135 @@
+"""LocalGrid: a deterministic in-process Flower Grid that calls ClientApps directly (tests, debugging)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from uuid import uuid4
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+__all__ = ["LocalGrid"]
+
+Fault = Callable[[Message], str | None]
+
+
+class LocalGrid(Grid):
+    """A Flower ``Grid`` whose nodes are ClientApps called in this process, in order.
+
+    No Ray, no network, no threads: ``send_and_receive`` hands each message to its node's
+    ``ClientApp`` and returns the replies, so a ServerApp or a strategy runs
+    deterministically in seconds. Faults are injected per node, so tests can exercise what
+    a deployment does to a strategy.
+
+    Parameters
+    ----------
+    client_app : flwr.clientapp.ClientApp
+        The app every node runs.
+    n_nodes : int
+        How many nodes; node ``i`` gets ``node_config = {"partition-id": i, "num-partitions": n_nodes}``
+        (as Flower's simulation engine sets it) and a random 63-bit node id, as in Flower.
+    run_id : int, default 1
+    seed : int, optional
+        Seeds the node ids (default: random ids, as in a real run).
+
+    Attributes
+    ----------
+    faults : dict of int to callable
+        ``faults[node_id](message)`` returns None (answer normally), ``"timeout"`` (no reply:
+        the message is lost as if the timeout expired) or ``"error"`` (an error reply, as a
+        SuperNode sends when the ClientApp raises). Exceptions raised by a ClientApp also
+        become error replies.
+    sent : list of Message
+        Every message pushed, in order.
+    """
+
+    def __init__(self, client_app, n_nodes: int, *, run_id: int = 1, seed: int | None = None) -> None:
+        import random
+
+        rng = random.Random(seed)
+        self._app = client_app
+        self._run = Run.create_empty(run_id)
+        self.node_ids = [rng.randrange(1 << 40, 1 << 62) for _ in range(int(n_nodes))]
+        self.contexts = {
+            node: Context(
+                run_id=run_id,
+                node_id=node,
+                node_config={"partition-id": i, "num-partitions": int(n_nodes)},
+                state=RecordDict(),
+                run_config={},
+            )
+            for i, node in enumerate(self.node_ids)
+        }
+        self.faults: dict[int, Fault] = {}
+        self.sent: list[Message] = []
+        self._replies: dict[str, Message] = {}
+        # A Message built outside a Flower runtime takes its run id and source from TaskIdentity.
+        TaskIdentity.run_id = run_id
+        TaskIdentity.node_id = SUPERLINK_NODE_ID
+        TaskIdentity.task_id = 0
+
+    # -- the node set ---------------------------------------------------------------
+    def remove_node(self, node_id: int) -> None:
+        """The node disappears (it is no longer listed, and messages to it get no reply)."""
+        self.node_ids.remove(node_id)
+
+    def node_of_partition(self, partition_id: int) -> int:
+        """The node id whose ``partition-id`` is ``partition_id``."""
+        for node, ctx in self.contexts.items():
+            if ctx.node_config["partition-id"] == partition_id:
+                return node
+        raise KeyError(f"LocalGrid: no node has partition-id {partition_id}")
+
+    # -- Grid -----------------------------------------------------------------------
+    def set_run(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.node_ids)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = str(uuid4())
+            self.sent.append(msg)
+            reply = self._deliver(msg)
+            if reply is not None:
+                self._replies[msg.metadata.message_id] = reply
+            ids.append(msg.metadata.message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return list(self.pull_messages(self.push_messages(messages)))
+
+    def _deliver(self, msg: Message) -> Message | None:
+        node = msg.metadata.dst_node_id
+        if node not in self.node_ids:
+            return None
+        fault = self.faults.get(node)
+        action = fault(msg) if fault is not None else None
+        if action == "timeout":
+            return None
+        if action == "error":
+            return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="injected fault"), reply_to=msg)
+        if action is not None:
+            raise ValueError(f"LocalGrid: a fault returned {action!r}; expected None, 'timeout' or 'error'")
+        try:
+            return self._app(msg, self.contexts[node])
+        except Exception as exc:  # a SuperNode turns a raising ClientApp into an error reply
+            return Message(
+                Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg
+            )

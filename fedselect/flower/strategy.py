@@ -1,0 +1,686 @@
+"""SelectorStrategy: any fedselect selector as a Flower strategy on the Message API."""
+
+from __future__ import annotations
+
+import copy
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from logging import INFO
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Result, Strategy
+from flwr.supercore import log
+from sklearn.base import clone
+
+from ..ledger import Costs, RoundLedger
+from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_param, is_int, is_real
+from . import _protocol as P
+
+__all__ = ["FlowerOracle", "FlowerRound", "SelectorStrategy"]
+
+_AGGREGATIONS = (None, "data-size", "mean")
+
+
+class FlowerRoundWarning(UserWarning):
+    """A round ran with fewer clients than asked for."""
+
+
+@dataclass
+class Traffic:
+    """Messages and serialised bytes of one kind of exchange (down: server to clients)."""
+
+    messages_down: int = 0
+    bytes_down: int = 0
+    messages_up: int = 0
+    bytes_up: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class FlowerRound:
+    """What one round of a :class:`SelectorStrategy` did.
+
+    Attributes
+    ----------
+    round : int
+        t, from 0 (Flower's ``server_round`` is t + 1).
+    clients : list of int
+        The selection (after merging duplicates).
+    reported : list of int
+        The chosen clients whose update reached the server and was aggregated.
+    failed : list of int
+        Clients that did not answer a query or a train message this round (timeout,
+        error reply, node gone).
+    weights : list of float
+        The aggregation weight each reporting client's delta received (the selection's
+        own weights as given, or the rule's normalised weights).
+    costs : Costs
+        The round's costs, counted by the same :class:`~fedselect.ledger.RoundLedger`
+        the simulator uses.
+    traffic : dict of str to Traffic
+        Messages and bytes per kind: ``hello``, ``loss``, ``update``, ``trial``,
+        ``train`` and ``evaluate``.
+    seconds : float
+        Wall-clock time of selection, training and aggregation (not evaluation).
+    """
+
+    round: int
+    clients: list[int]
+    reported: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    costs: Costs = field(default_factory=Costs)
+    traffic: dict[str, Traffic] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class FlowerOracle(ClientOracle):
+    """A selector's paid questions, asked of the live clients through the Flower Grid.
+
+    One per round, built by :class:`SelectorStrategy`. Every question is a message to
+    exactly the nodes whose answer is not known yet this round; what it costs is charged
+    on the round's :class:`~fedselect.ledger.RoundLedger`, exactly as in the simulator.
+    A client that does not answer within ``query_timeout`` or answers with an error is
+    marked failed for the round: its answer is NaN and it is not contacted again.
+
+    ``local_updates(ids, transform)`` cannot ship ``transform`` (arbitrary server code) to
+    the clients: each client uploads its full update (one model up, charged) and the
+    server applies ``transform``. The update is then held by the server, so a client
+    chosen later in the round is neither trained nor asked again.
+    """
+
+    def __init__(self, strategy: SelectorStrategy, grid: Grid, ledger: RoundLedger, theta: np.ndarray,
+                 config: ConfigRecord) -> None:
+        self._st = strategy
+        self._grid = grid
+        self._led = ledger
+        self._theta = theta
+        self._config = config
+        self.n_clients = ledger.n_clients
+        self.round = ledger.round
+
+    # -- plumbing -------------------------------------------------------------------
+    def _content(
+        self, k: int, newly_sent: set[int], extra: dict[str, Any], model: np.ndarray | None = None
+    ) -> RecordDict:
+        cfg = ConfigRecord(dict(self._config))
+        cfg[P.ROUND] = int(self.round)
+        cfg.update(extra)
+        if model is not None:
+            cfg[P.MODEL_KIND] = "trial"
+            return RecordDict({"arrays": self._st._layout.record(model), "config": cfg})
+        cfg[P.MODEL_KIND] = "global"
+        if k in newly_sent:
+            return RecordDict({"arrays": self._st._global_record, "config": cfg})
+        cfg[P.CACHED] = True
+        return RecordDict({"config": cfg})
+
+    def _ask(self, ids: np.ndarray, message_type: str, kind: str, extra: dict[str, Any],
+             model: np.ndarray | None = None) -> dict[int, RecordDict]:
+        """Send one message per id and return the content of each valid reply by client id.
+
+        Ids without a live node and ids that time out or answer with an error are marked
+        failed on the ledger.
+        """
+        led = self._led
+        newly = set(led.send_model(ids).tolist()) if model is None else set()
+        messages = []
+        for k in ids.tolist():
+            node = self._st._node_of.get(k)
+            if node is None:  # the node is gone: no message, the client fails below
+                continue
+            content = self._content(k, newly, extra, model)
+            messages.append(Message(content, node, message_type, group_id=str(self.round + 1)))
+        replies = self._st._exchange(self._grid, messages, self._st.query_timeout, kind)
+        got = self._st._valid_replies(replies)
+        failed = [k for k in ids.tolist() if k not in got]
+        if failed:
+            led.mark_failed(np.asarray(failed, dtype=np.int64))
+        return got
+
+    def _train(self, ids: np.ndarray, purpose: str) -> dict[int, tuple[np.ndarray, int, int]]:
+        got = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose})
+        out = {}
+        for k, content in got.items():
+            try:
+                out[k] = self._st._parse_update(content)
+            except (KeyError, ValueError) as exc:
+                log(INFO, "fedselect: client %d sent an unusable update (%s); left out", k, exc)
+                self._led.mark_failed(np.array([k]))
+        return out
+
+    # -- the oracle -----------------------------------------------------------------
+    def losses(self, ids: Any) -> np.ndarray:
+        led = self._led
+        ids = led.ids(ids, "oracle.losses")
+        ask = led.losses_to_ask(ids)
+        if ask.size:
+            got = self._ask(ask, P.LOSS, "loss", {})
+            ok = np.array([k for k in ask.tolist() if k in got], dtype=np.int64)
+            values = np.array([float(got[k]["metrics"][P.LOSS_KEY]) for k in ok.tolist()])
+            evaluated = int(sum(int(got[k]["metrics"].get(P.EVALUATED, 0)) for k in ok.tolist()))
+            led.record_losses(ok, values, samples_evaluated=evaluated)
+        return led.loss(ids)
+
+    def trial(self, ids: Any) -> np.ndarray:
+        led = self._led
+        ids = np.unique(led.ids(ids, "oracle.trial"))
+        if ids.size == 0:
+            raise ValueError("oracle.trial: needs at least one client id")
+        base = self.losses(np.arange(self.n_clients))  # paid once per round
+        self._train_and_record(led.to_train(ids), "trial")  # kept: a trial client chosen later is not retrained
+        alive = led.alive(ids)
+        if not alive.size:  # no trial client answered: nothing was learned
+            return np.full(self.n_clients, np.nan)
+        led.upload(alive)
+        w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
+        theta_trial = _apply(self._theta, np.stack([np.asarray(led.update(int(k))) for k in alive]), w)
+        everyone = led.alive(np.arange(self.n_clients))
+        answers = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=theta_trial)
+        after = np.full(self.n_clients, np.nan)
+        evaluated = 0
+        for k, content in answers.items():
+            after[k] = float(content["metrics"][P.LOSS_KEY])
+            evaluated += int(content["metrics"].get(P.EVALUATED, 0))
+        led.record_trial(len(answers), samples_evaluated=evaluated)
+        out = after - base
+        out[sorted(led.failed)] = np.nan
+        return out
+
+    def _train_and_record(self, todo: np.ndarray, purpose: str) -> None:
+        if not todo.size:
+            return
+        got = self._train(todo, purpose)
+        ok = np.array(sorted(got), dtype=np.int64)
+        if ok.size:
+            self._led.record_training(
+                ok,
+                [got[k][0] for k in ok.tolist()],
+                steps=sum(got[k][1] for k in ok.tolist()),
+                sample_gradients=sum(got[k][2] for k in ok.tolist()),
+            )
+
+    def local_updates(self, ids: Any, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        led = self._led
+        ids = led.ids(ids, "oracle.local_updates")
+        self._train_and_record(led.to_train(ids), "main")
+        alive = [k for k in ids.tolist() if not led.is_failed(k)]
+        led.upload(np.asarray(alive, dtype=np.int64))  # the full update went up (transforms run on the server)
+        rows: list[np.ndarray | None] = []
+        for k in ids.tolist():
+            if led.is_failed(k):
+                rows.append(None)
+                continue
+            u = np.asarray(led.update(k), dtype=np.float32).copy()
+            rows.append(u if transform is None else np.asarray(transform(u), dtype=np.float32).reshape(-1))
+        sizes = {r.size for r in rows if r is not None}
+        if len(sizes) > 1:
+            raise ValueError("oracle.local_updates: the transform returned vectors of different lengths")
+        if sizes:
+            dim = sizes.pop()
+        elif transform is None:
+            dim = self._theta.size
+        else:
+            dim = int(np.asarray(transform(np.zeros(self._theta.size, np.float32))).size)
+        return np.stack([r if r is not None else np.full(dim, np.nan, np.float32) for r in rows]) if rows else \
+            np.zeros((0, dim), np.float32)
+
+    def global_parameters(self) -> np.ndarray:
+        return self._theta.copy()
+
+
+def _apply(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """theta + sum_k w_k delta_k in float32, with the simulator's exact arithmetic."""
+    t = torch.from_numpy(np.ascontiguousarray(theta, dtype=np.float32))
+    d = torch.from_numpy(np.ascontiguousarray(deltas, dtype=np.float32))
+    w = torch.from_numpy(np.asarray(weights, dtype=np.float32))
+    return (t + (w.unsqueeze(1) * d).sum(0)).numpy()
+
+
+class SelectorStrategy(Strategy):
+    """Run a fedselect selector in a Flower federation (Message API).
+
+    Each round t (Flower's ``server_round`` is t + 1):
+
+    1. the live nodes are mapped to stable client ids (each new node answers a
+       ``query.fedselect_hello`` with its client id and n_k; the first round waits until all
+       N clients have said hello and fits the selector once on their n_k);
+    2. the selector chooses with a :class:`FlowerOracle` that asks the clients through the
+       Grid and charges a :class:`~fedselect.ledger.RoundLedger`;
+    3. the chosen clients whose update the server does not already hold get a ``train``
+       message (with ``w^t`` unless they received it earlier this round);
+    4. the reporting clients' deltas ``w_k - w^t`` are aggregated: with the selection's
+       weights as given (unnormalised, like the simulator) when it carries weights, else by
+       ``aggregation`` (the simulator's rules, float32 torch arithmetic identical to
+       :class:`fedselect.FederatedTrainer`), else by ``inner``'s ``aggregate_train`` on the
+       local models ``w^t + delta``;
+    5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
+       reported; evaluation is ``inner``'s.
+
+    A client that does not answer in time, answers with an error or whose node is gone
+    is left out of the round (NaN to the oracle, absent from the feedback). Fewer live
+    clients than ``clients_per_round`` shrinks the round with a warning.
+
+    Parameters
+    ----------
+    selector : BaseSelector or str
+        The scheme (an instance, cloned, or a registered name).
+    inner : flwr Strategy, optional
+        Evaluation (``configure_evaluate``/``aggregate_evaluate``) and the aggregation rule
+        when the selection has no weights and ``aggregation`` is None. Default:
+        ``FedAvg(fraction_evaluate=0.0, min_available_nodes=1)`` (no federated evaluation;
+        pass ``evaluate_fn`` to ``start`` for a centralised one).
+    clients_per_round : int
+        C, the clients asked for each round.
+    n_clients : int, optional
+        N. Default: the ``num-partitions`` the clients report (node config).
+    aggregation : {None, "data-size", "mean"}
+        Rule for selections without weights: None defers to ``inner``; ``"data-size"``
+        (n_k over the reporting clients, FedAvg) and ``"mean"`` apply the simulator's rules.
+    query_timeout, train_timeout : float
+        Seconds to wait for the answers to one oracle query, and for the train replies.
+    connect_timeout : float
+        Seconds the first round waits for all N clients to connect.
+    random_state : int, optional
+        Seeds a selector whose own ``random_state`` is None, derived as
+        :class:`fedselect.FederatedTrainer` derives it, so one seed chooses the same
+        clients in both worlds.
+
+    Attributes
+    ----------
+    selector_ : BaseSelector
+        The fitted clone.
+    rounds_ : list of FlowerRound
+        What every round did and cost.
+    client_nodes_ : dict of int to int
+        Client id to Flower node id, as of the last round.
+    """
+
+    def __init__(
+        self,
+        selector: BaseSelector | str,
+        *,
+        inner: Strategy | None = None,
+        clients_per_round: int = 10,
+        n_clients: int | None = None,
+        aggregation: str | None = None,
+        query_timeout: float = 60.0,
+        train_timeout: float = 600.0,
+        connect_timeout: float = 120.0,
+        random_state: int | None = None,
+    ) -> None:
+        self.selector = selector
+        self.inner = inner
+        self.clients_per_round = clients_per_round
+        self.n_clients = n_clients
+        self.aggregation = aggregation
+        self.query_timeout = query_timeout
+        self.train_timeout = train_timeout
+        self.connect_timeout = connect_timeout
+        self.random_state = random_state
+        check_param(self, "clients_per_round", clients_per_round, is_int(clients_per_round) and clients_per_round >= 1,
+                    "an integer >= 1")
+        check_param(self, "n_clients", n_clients, n_clients is None or (is_int(n_clients) and n_clients >= 1),
+                    "None or an integer >= 1")
+        check_param(self, "aggregation", aggregation, aggregation in _AGGREGATIONS, f"one of {_AGGREGATIONS}")
+        for name in ("query_timeout", "train_timeout", "connect_timeout"):
+            v = getattr(self, name)
+            check_param(self, name, v, is_real(v) and v > 0, "a positive number of seconds")
+        check_param(self, "random_state", random_state, random_state is None or is_int(random_state), "None or an int")
+        self._inner = inner if inner is not None else FedAvg(fraction_evaluate=0.0, min_available_nodes=1)
+        self._node_of: dict[int, int] = {}
+        self._client_of: dict[int, int] = {}
+        self._n_samples: dict[int, int] = {}
+        self._reported_n: int | None = None
+        self.rounds_: list[FlowerRound] = []
+        self._pending: dict[str, Any] | None = None
+        self._traffic: dict[str, Traffic] = {}
+
+    # -- Flower's Strategy ----------------------------------------------------------
+    def summary(self) -> None:
+        log(INFO, "\t├──> fedselect selector: %r", self.selector)
+        log(INFO, "\t├──> clients per round: %d, aggregation: %s", self.clients_per_round, self.aggregation or "inner")
+        log(INFO, "\t└──> timeouts: query %.1fs, train %.1fs", self.query_timeout, self.train_timeout)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        start = time.perf_counter()
+        t = int(server_round) - 1
+        self._traffic = {}
+        if not hasattr(self, "selector_"):
+            self._setup(grid, arrays)
+        else:
+            self._refresh_nodes(grid)
+        N = self.n_clients_
+        live = sorted(self._node_of)
+        unavailable = [k for k in range(N) if k not in self._node_of]
+        led = RoundLedger(N, t, unavailable=unavailable)
+        self._global_record = arrays
+        theta = self._layout.flatten(arrays, "global model")
+        n = int(self.clients_per_round)
+        if len(live) < n:
+            if not live:
+                raise RuntimeError(f"SelectorStrategy: no client is connected in round {t}")
+            warnings.warn(
+                f"SelectorStrategy: round {t} has {len(live)} live client(s) for clients_per_round={n}; "
+                f"choosing {len(live)}", FlowerRoundWarning, stacklevel=2,
+            )
+            n = len(live)
+        n = min(n, N)
+        oracle = FlowerOracle(self, grid, led, theta, config)
+        sel = self.selector_
+        raw = sel.select(n, round=t, oracle=oracle)
+        selection = raw.validated(N, n, variable_size=bool(sel.variable_size), source=type(sel).__name__)
+        ids = selection.clients
+        todo = led.to_train(ids)
+        newly = set(led.send_model(todo).tolist())
+        messages, msg_client = [], {}
+        for k in todo.tolist():
+            node = self._node_of.get(k)
+            if node is None:
+                continue
+            cfg = ConfigRecord(dict(config))
+            cfg[P.ROUND] = t
+            cfg[P.PURPOSE] = "main"
+            cfg[P.MODEL_KIND] = "global"
+            cfg["server-round"] = int(server_round)
+            cfg[P.NEED_LOSS] = bool(np.isnan(led.loss(np.array([k]))[0]))
+            if k in newly:
+                content = RecordDict({"arrays": arrays, "config": cfg})
+            else:
+                cfg[P.CACHED] = True
+                content = RecordDict({"config": cfg})
+            messages.append(Message(content, node, P.TRAIN, group_id=str(server_round)))
+            msg_client[node] = k
+        gone = [k for k in todo.tolist() if k not in self._node_of]
+        if gone:
+            led.mark_failed(np.asarray(gone, dtype=np.int64))
+        self._pending = {"t": t, "ledger": led, "selection": selection, "theta": theta, "todo": todo,
+                         "start": start}
+        self._count("train", messages, down=True)
+        return messages
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        st = self._pending
+        if st is None or st["t"] != int(server_round) - 1:
+            raise RuntimeError("SelectorStrategy.aggregate_train: call configure_train for this round first")
+        self._pending = None
+        replies = list(replies)
+        self._count("train", replies, down=False)
+        t, led, selection, theta = st["t"], st["ledger"], st["selection"], st["theta"]
+        got = self._valid_replies(replies)
+        ok, updates, steps, grads, loss_ids, losses, evaluated = [], [], 0, 0, [], [], 0
+        for k in st["todo"].tolist():
+            content = got.get(k)
+            if content is None or led.is_failed(k):
+                continue
+            try:
+                delta, s, g = self._parse_update(content)
+            except (KeyError, ValueError) as exc:
+                log(INFO, "fedselect: client %d sent an unusable update (%s); left out", k, exc)
+                continue
+            metrics = content["metrics"]
+            if P.LOSS_KEY in metrics:
+                loss_ids.append(k)
+                losses.append(float(metrics[P.LOSS_KEY]))
+                evaluated += int(metrics.get(P.EVALUATED, 0))
+            ok.append(k)
+            updates.append(delta)
+            steps += s
+            grads += g
+        missing = [k for k in st["todo"].tolist() if k not in ok and not led.is_failed(k)]
+        if missing:
+            led.mark_failed(np.asarray(missing, dtype=np.int64))
+        if ok:
+            led.record_training(np.asarray(ok, dtype=np.int64), updates, steps=steps, sample_gradients=grads)
+        if loss_ids:
+            led.record_losses(np.asarray(loss_ids, dtype=np.int64), np.asarray(losses), samples_evaluated=evaluated)
+        ids = selection.clients
+        keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
+        reported = ids[keep]
+        led.upload(reported)
+        record = FlowerRound(round=t, clients=ids.tolist(), reported=reported.tolist(),
+                             failed=sorted(int(k) for k in led.failed))
+        if reported.size == 0:
+            warnings.warn(f"SelectorStrategy: no chosen client reported in round {t}; the model is unchanged",
+                          FlowerRoundWarning, stacklevel=2)
+            self._finish(record, led, st["start"])
+            return None, None
+        stacked = np.stack([np.asarray(led.update(int(k)), dtype=np.float32) for k in reported])
+        n_k = np.array([self._n_samples[int(k)] for k in reported], dtype=np.int64)
+        if selection.weights is not None:
+            weights = selection.weights[keep]
+            new_theta = _apply(theta, stacked, weights)
+        elif self.aggregation is not None:
+            sub = Selection(reported, counts=selection.counts[keep] if selection.counts is not None else None)
+            weights = self._rule_weights(sub)
+            new_theta = _apply(theta, stacked, weights)
+        else:
+            counts = selection.counts[keep] if selection.counts is not None else np.ones(reported.size)
+            fake = []
+            for k, d, c in zip(reported.tolist(), stacked, counts):
+                content = RecordDict({
+                    "arrays": self._layout.record(theta + d),
+                    "metrics": MetricRecord({P.NUM_EXAMPLES: int(self._n_samples[k] * c)}),
+                })
+                fake.append(Message(content, self._node_of.get(k, 0), P.TRAIN, group_id=str(server_round)))
+            agg, _ = self._inner.aggregate_train(server_round, fake)
+            if agg is None:
+                self._finish(record, led, st["start"])
+                return None, None
+            new_theta = self._layout.flatten(agg, "aggregated model")
+            w = counts * n_k
+            weights = w / w.sum()
+        if not np.all(np.isfinite(new_theta)):
+            raise FloatingPointError(f"SelectorStrategy: the global model became NaN/inf in round {t}")
+        record.weights = [float(w) for w in weights]
+        needs = self.selector_.needs
+        feedback = RoundFeedback(
+            round=t,
+            clients=reported,
+            weights=np.asarray(weights, dtype=np.float64),
+            losses=led.loss(reported),
+            n_samples=n_k,
+            updates=stacked if "updates" in needs else None,
+            global_before=theta if "global" in needs else None,
+            global_after=new_theta if "global" in needs else None,
+        )
+        self.selector_.update(feedback)
+        self._finish(record, led, st["start"])
+        metrics = MetricRecord({
+            "fedselect-reported": int(reported.size),
+            "fedselect-failed": len(record.failed),
+            "fedselect-train-loss-before": float(np.average(feedback.losses, weights=n_k)),
+        })
+        return self._layout.record(new_theta), metrics
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return self._inner.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return self._inner.aggregate_evaluate(server_round, replies)
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Run ``num_rounds`` rounds (Flower's ``Strategy.start``, with ``train_timeout`` for training).
+
+        ``timeout`` bounds the federated evaluation's wait; ``evaluate_fn(server_round, arrays)``
+        is a centralised evaluation run before the first round and after every round.
+        """
+        train_config = ConfigRecord() if train_config is None else train_config
+        evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
+        result = Result()
+        self.summary()
+        if evaluate_fn is not None:
+            res = evaluate_fn(0, initial_arrays)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        arrays = initial_arrays
+        for server_round in range(1, int(num_rounds) + 1):
+            log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
+            messages = list(self.configure_train(server_round, arrays, train_config, grid))
+            replies = grid.send_and_receive(messages, timeout=self.train_timeout) if messages else []
+            new_arrays, metrics = self.aggregate_train(server_round, replies)
+            if new_arrays is not None:
+                arrays = result.arrays = new_arrays
+            if metrics is not None:
+                result.train_metrics_clientapp[server_round] = metrics
+            eval_messages = list(self.configure_evaluate(server_round, arrays, evaluate_config, grid))
+            if eval_messages:
+                eval_replies = self._exchange(grid, eval_messages, timeout, "evaluate")
+                agg = self.aggregate_evaluate(server_round, eval_replies)
+                if agg is not None:
+                    result.evaluate_metrics_clientapp[server_round] = agg
+                self.rounds_[-1].traffic["evaluate"] = self._traffic.get("evaluate", Traffic())
+            if evaluate_fn is not None:
+                res = evaluate_fn(server_round, arrays)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[server_round] = res
+        if not result.arrays:
+            result.arrays = arrays
+        return result
+
+    # -- nodes ------------------------------------------------------------------------
+    def _setup(self, grid: Grid, arrays: ArrayRecord) -> None:
+        self._layout = P.ModelLayout(arrays)
+        deadline = time.monotonic() + float(self.connect_timeout)
+        while True:
+            self._refresh_nodes(grid)
+            N = self.n_clients if self.n_clients is not None else self._reported_n
+            if N is not None and all(k in self._n_samples for k in range(N)):
+                break
+            if time.monotonic() > deadline:
+                have = sorted(self._n_samples)
+                if N is None:
+                    raise RuntimeError(
+                        "SelectorStrategy: the clients report no number of clients (node_config 'num-partitions'); "
+                        f"pass n_clients=... (clients seen: {have[:10]})"
+                    )
+                lost = [k for k in range(N) if k not in self._n_samples]
+                raise RuntimeError(
+                    f"SelectorStrategy: after connect_timeout={self.connect_timeout}s, client(s) {lost[:10]} of "
+                    f"N={N} never connected; the selector needs every client's n_k to start"
+                )
+            time.sleep(0.2)
+        extra = [k for k in self._n_samples if k >= N]
+        if extra:
+            raise RuntimeError(f"SelectorStrategy: client id(s) {extra[:5]} reported, but N={N} (ids are 0..N-1)")
+        self.n_clients_ = int(N)
+        sel = self.selector
+        if isinstance(sel, str):
+            from ..plugins import get_selector
+
+            sel = get_selector(sel)
+        if not isinstance(sel, BaseSelector):
+            raise TypeError(f"SelectorStrategy: selector={sel!r} is not a fedselect BaseSelector or a registered name")
+        sel = clone(sel)
+        params = sel.get_params(deep=False)
+        if "random_state" in params and params["random_state"] is None and self.random_state is not None:
+            sel.set_params(random_state=int(np.random.SeedSequence(int(self.random_state)).generate_state(3)[1]))
+        sel.fit(ClientPool(np.array([self._n_samples[k] for k in range(N)], dtype=np.int64)))
+        self.selector_ = sel
+
+    def _refresh_nodes(self, grid: Grid) -> None:
+        nodes = set(int(n) for n in grid.get_node_ids())
+        for node in [n for n in self._client_of if n not in nodes]:
+            k = self._client_of.pop(node)
+            if self._node_of.get(k) == node:
+                del self._node_of[k]
+        new = sorted(n for n in nodes if n not in self._client_of)
+        if not new:
+            return
+        messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in new]
+        replies = self._exchange(grid, messages, self.query_timeout, "hello")
+        for msg in replies:
+            if msg.has_error():
+                continue
+            m = msg.content["metrics"]
+            k, node = int(m[P.CLIENT_ID]), int(msg.metadata.src_node_id)
+            if k in self._node_of and self._node_of[k] != node:
+                log(INFO, "fedselect: client %d moved from node %d to node %d", k, self._node_of[k], node)
+                self._client_of.pop(self._node_of[k], None)
+            self._node_of[k] = node
+            self._client_of[node] = k
+            n_k = int(m[P.NUM_EXAMPLES])
+            if k in self._n_samples and self._n_samples[k] != n_k and hasattr(self, "selector_"):
+                log(INFO, "fedselect: client %d now reports n_k=%d (fitted with %d)", k, n_k, self._n_samples[k])
+            self._n_samples.setdefault(k, n_k)
+            if P.NUM_PARTITIONS in m:
+                self._reported_n = int(m[P.NUM_PARTITIONS])
+
+    @property
+    def client_nodes_(self) -> dict[int, int]:
+        return dict(self._node_of)
+
+    # -- helpers ----------------------------------------------------------------------
+    def _exchange(self, grid: Grid, messages: list[Message], timeout: float, kind: str) -> list[Message]:
+        if not messages:
+            return []
+        self._count(kind, messages, down=True)
+        replies = list(grid.send_and_receive(messages, timeout=float(timeout)))
+        self._count(kind, replies, down=False)
+        return replies
+
+    def _count(self, kind: str, messages: Iterable[Message], *, down: bool) -> None:
+        tr = self._traffic.setdefault(kind, Traffic())
+        for m in messages:
+            size = P.message_bytes(m)
+            if down:
+                tr.messages_down += 1
+                tr.bytes_down += size
+            else:
+                tr.messages_up += 1
+                tr.bytes_up += size
+
+    def _valid_replies(self, replies: Iterable[Message]) -> dict[int, RecordDict]:
+        out: dict[int, RecordDict] = {}
+        for msg in replies:
+            k = self._client_of.get(int(msg.metadata.src_node_id))
+            if k is None:
+                continue
+            if msg.has_error():
+                log(INFO, "fedselect: client %d answered with an error: %s", k, msg.error.reason)
+                continue
+            out[k] = msg.content
+        return out
+
+    def _parse_update(self, content: RecordDict) -> tuple[np.ndarray, int, int]:
+        delta = self._layout.flatten(content["update"], "update")
+        if not np.all(np.isfinite(delta)):
+            raise ValueError("the update holds NaN or inf")
+        m = content["metrics"]
+        return delta, int(m.get(P.STEPS, 0)), int(m.get(P.SAMPLE_GRADIENTS, 0))
+
+    def _rule_weights(self, selection: Selection) -> np.ndarray:
+        counts = selection.counts if selection.counts is not None else np.ones(len(selection))
+        if selection.weights is not None:
+            return selection.weights
+        if self.aggregation == "mean":
+            w = counts
+        else:  # "data-size", and FedAvg's rule for trials when aggregation is None
+            w = counts * np.array([self._n_samples[int(k)] for k in selection.clients], dtype=np.float64)
+        return w / w.sum()
+
+    def _finish(self, record: FlowerRound, led: RoundLedger, start: float) -> None:
+        record.costs = copy.copy(led.costs)
+        record.traffic = dict(self._traffic)
+        record.seconds = time.perf_counter() - start
+        self.rounds_.append(record)
