@@ -393,9 +393,12 @@ class RoundFeedback:
 class ClientOracle(abc.ABC):
     """The questions a selector may ask before choosing, each paid for and recorded.
 
-    Implemented by the simulator (:class:`fedselect.simulation.trainer.SimulationOracle`)
-    and by :class:`fedselect.testing.SyntheticOracle`; every implementation keeps its
-    bookkeeping in a :class:`fedselect.ledger.RoundLedger`, so they charge alike.
+    Implemented by the simulator (:class:`fedselect.simulation.trainer.SimulationOracle`),
+    by :class:`fedselect.testing.SyntheticOracle`, and in a real federation by the Flower
+    strategy's oracle (``fedselect.flower.strategy.FlowerOracle``, with the ``flower``
+    extra: each question is a message to exactly the clients whose answer is not known yet
+    this round); every implementation keeps its bookkeeping in a
+    :class:`fedselect.ledger.RoundLedger`, so they charge alike.
 
     **Clients that do not answer.** In a real federation (and in the simulator with
     ``dropout`` or ``availability`` set) a client may not answer: it is unavailable this
