@@ -27,7 +27,7 @@ import numpy as np
 
 from .simulation.history import History
 
-__all__ = ["Comparison", "check_plan", "load_comparison", "run_comparison"]
+__all__ = ["Comparison", "check_plan", "holm", "load_comparison", "run_comparison"]
 
 
 def _slug(label: str) -> str:
@@ -269,7 +269,9 @@ class Comparison:
         rows : list of dict
             Per other scheme: ``scheme``, ``seeds`` (the seeds both have), ``diffs``
             (other - reference rounds to the target, per seed: positive means the
-            reference was faster) and the statistics of :func:`paired_summary`.
+            reference was faster), the statistics of :func:`paired_summary`, and
+            ``p_holm``: the p-value adjusted for comparing the reference with every other
+            scheme at once (Holm's step-down method, see :func:`holm`).
         """
         if reference not in self.histories:
             raise KeyError(f"no scheme {reference!r} in this comparison; schemes: {list(self.histories)}")
@@ -288,19 +290,21 @@ class Comparison:
                 continue
             diffs = [rounds(runs[s]) - rounds(ref[s]) for s in seeds]
             out.append({"scheme": label, "seeds": seeds, **paired_summary(diffs)})
+        for row, p in zip(out, holm([r["p"] for r in out])):
+            row["p_holm"] = p
         return out
 
     def paired_markdown(self, reference: str, *, not_reached: int | None = None) -> str:
         """:meth:`paired` as a markdown table."""
         lines = [
             f"| scheme | seeds | scheme − {reference} (rounds, mean ± std) | median | "
-            f"{reference} faster / tie / slower | p (Wilcoxon) |",
-            "|---|---|---|---|---|---|",
+            f"{reference} faster / tie / slower | p (Wilcoxon) | p (Holm) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in self.paired(reference, not_reached=not_reached):
             lines.append(
                 f"| {r['scheme']} | {len(r['seeds'])} | {r['mean']:+.1f} ± {r['std']:.1f} | {r['median']:+.1f} | "
-                f"{r['faster']} / {r['ties']} / {r['slower']} | {r['p']:.3f} |"
+                f"{r['faster']} / {r['ties']} / {r['slower']} | {r['p']:.3f} | {r['p_holm']:.3f} |"
             )
         return "\n".join(lines)
 
@@ -381,6 +385,29 @@ def paired_summary(diffs: Sequence[float]) -> dict[str, Any]:
         "diffs": d.tolist(), "mean": float(d.mean()), "std": float(d.std()), "median": float(np.median(d)),
         "faster": int((d > 0).sum()), "ties": int((d == 0).sum()), "slower": int((d < 0).sum()), "p": p,
     }
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (NaN entries are left out and stay NaN).
+
+    With m tests sorted by p-value, the i-th smallest (from 0) becomes
+    ``max_{j <= i} min(1, (m - j) p_(j))``; rejecting where the adjusted value is below alpha
+    controls the family-wise error rate at alpha without assuming independence (Holm, 1979).
+
+    Examples
+    --------
+    >>> holm([0.01, 0.04, 0.03])
+    [0.03, 0.06, 0.06]
+    """
+    p = np.asarray(pvalues, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(~np.isnan(p))
+    m = ok.size
+    running = 0.0
+    for rank, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return [round(float(x), 12) if np.isfinite(x) else float("nan") for x in out]
 
 
 def machine_info() -> dict[str, Any]:

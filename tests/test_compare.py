@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fedselect.compare import Comparison
@@ -49,6 +50,7 @@ def test_paired_by_seed_counts_wins_and_uses_the_not_reached_floor():
     assert rows["slow"]["p"] < 0.05
     assert rows["same"]["seeds"] == [0, 1, 2] and rows["same"]["ties"] == 3
     assert rows["same"]["p"] != rows["same"]["p"]  # NaN: nothing to test
+    assert rows["slow"]["p_holm"] == rows["slow"]["p"]  # a family of one test (the NaN one is not a test)
     assert comp.paired("ref", not_reached=100)[0]["diffs"][-1] == 98.0
     assert "| slow | 7 | +2.3 ± 0.7 |" in comp.paired_markdown("ref")
     with pytest.raises(KeyError, match="no scheme 'nope'"):
@@ -62,3 +64,14 @@ def test_paired_summary_counts_and_handles_no_pairs():
     assert (r["faster"], r["ties"], r["slower"]) == (2, 1, 1) and r["median"] == 0.5 and 0 < r["p"] <= 1
     empty = paired_summary([])
     assert empty["diffs"] == [] and empty["faster"] == 0 and empty["p"] != empty["p"]
+
+
+def test_holm_adjusts_a_family_of_p_values():
+    from fedselect.compare import holm
+
+    # sorted 0.01, 0.03, 0.04 -> 3 * 0.01, 2 * 0.03, max(0.06, 1 * 0.04)
+    assert holm([0.01, 0.04, 0.03]) == [0.03, 0.06, 0.06]
+    assert holm([0.5, 0.6]) == [1.0, 1.0]
+    out = holm([float("nan"), 0.02])
+    assert np.isnan(out[0]) and out[1] == 0.02  # NaN is not a test: a family of one
+    assert holm([]) == []
