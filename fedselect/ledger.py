@@ -29,7 +29,9 @@ import numpy as np
 
 from .selection import check_client_ids
 
-__all__ = ["Costs", "RoundLedger"]
+__all__ = ["PARTIAL_WEIGHTS", "Costs", "RoundLedger", "reporter_weights"]
+
+PARTIAL_WEIGHTS = ("rescale", "as-given")
 
 
 @dataclass
@@ -266,3 +268,45 @@ class RoundLedger:
             f"RoundLedger(round={self.round}, holding={len(self._holding)}, losses={len(self._losses)}, "
             f"trained={len(self._updates)}, uploaded={len(self._uploaded)}, failed={len(self._failed)})"
         )
+
+
+def reporter_weights(weights: Any, reported: Any, *, mode: str = "rescale") -> np.ndarray:
+    """The aggregation weights of the chosen clients that reported, from the weights a selection carries.
+
+    A selection's weights are applied to the deltas as given (unnormalised, so unbiased
+    estimators stay unbiased). When some chosen clients fail to report, their weight is lost
+    and the others' total shrinks; two readings are offered, and every runtime applies the
+    same one:
+
+    ``"rescale"`` (default)
+        multiply the reporters' weights by ``sum(w) / sum(w_reporters)``: the round keeps the
+        total weight the selector intended (a ratio estimator), so a scheme whose weights sum
+        to 1 (clustered sampling's ``1/m``) aggregates the mean of its reporters, as FedAvg
+        does with stragglers;
+    ``"as-given"``
+        keep each reporter's weight as given: the missing clients' share of the update is
+        simply lost (the step shrinks with the failure rate).
+
+    Parameters
+    ----------
+    weights : array-like of float, shape (k,)
+        The selection's weights, one per chosen client.
+    reported : array-like of bool, shape (k,)
+        Which chosen clients reported.
+    mode : {"rescale", "as-given"}
+
+    Returns
+    -------
+    ndarray of float64
+        One weight per reporter (in order); empty if nobody reported.
+    """
+    if mode not in PARTIAL_WEIGHTS:
+        raise ValueError(f"reporter_weights: mode={mode!r} must be one of {PARTIAL_WEIGHTS}")
+    w = np.asarray(weights, dtype=np.float64)
+    ok = np.asarray(reported, dtype=bool)
+    out = w[ok]
+    if mode == "rescale" and out.size and not ok.all():
+        part = out.sum()
+        if part > 0:
+            out = out * (w.sum() / part)
+    return out

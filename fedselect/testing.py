@@ -40,7 +40,7 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 
-from .ledger import Costs, RoundLedger
+from .ledger import Costs, RoundLedger, reporter_weights
 from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
 __all__ = ["SyntheticOracle", "check_selector", "make_pools", "parametrize_with_checks", "yield_checks"]
@@ -309,8 +309,9 @@ class SyntheticOracle(ClientOracle):
         :meth:`Selection.validated`). Clients that fail this round (``dropout``) do not
         report. Without weights the update is the mean of the reporting clients' deltas,
         a client counted ``selection.counts`` times when counts are present; with
-        weights, each reporting client's delta is multiplied by its weight as given and
-        added.
+        weights, each reporting client's delta is multiplied by its weight (as given, or
+        rescaled to keep the selection's total when some chosen clients failed:
+        :func:`fedselect.ledger.reporter_weights`) and added.
 
         Parameters
         ----------
@@ -337,7 +338,7 @@ class SyntheticOracle(ClientOracle):
         losses = self._loss_at(self.w, self._eval_noise(0))[reporters]
         deltas = self._deltas(reporters)
         if selection.weights is not None:
-            weights = np.asarray(selection.weights, dtype=np.float64)[ok]
+            weights = reporter_weights(selection.weights, ok)
         else:
             counts = np.ones(ids.size) if selection.counts is None else np.asarray(selection.counts, dtype=np.float64)
             counts = counts[ok]

@@ -130,3 +130,15 @@ def test_simulator_and_synthetic_oracle_charge_alike(unavailable):
         answers = tr.selector_.answers_[1]
         assert np.isnan(answers[0][2]) and np.isnan(answers[1][2]).all() and np.isnan(answers[2][0]).all()
         assert np.isnan(answers[4][[2, 5, 9]]).all() and np.isfinite(np.delete(answers[4], [2, 5, 9])).all()
+
+
+def test_reporter_weights_rescale_or_as_given():
+    from fedselect.ledger import reporter_weights
+
+    w, ok = [0.2, 0.3, 0.5], [True, False, True]
+    np.testing.assert_allclose(reporter_weights(w, ok), [0.2 / 0.7, 0.5 / 0.7])  # total 1.0 kept
+    np.testing.assert_allclose(reporter_weights(w, ok, mode="as-given"), [0.2, 0.5])
+    np.testing.assert_allclose(reporter_weights([2.0, 6.0], [True, True]), [2.0, 6.0])  # nobody failed: untouched
+    assert reporter_weights(w, [False] * 3).size == 0
+    with pytest.raises(ValueError, match="mode='mean' must be one of"):
+        reporter_weights(w, ok, mode="mean")

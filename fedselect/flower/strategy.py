@@ -18,7 +18,7 @@ from flwr.serverapp.strategy import FedAvg, Result, Strategy
 from flwr.supercore import log
 from sklearn.base import clone
 
-from ..ledger import Costs, RoundLedger
+from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
 from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_param, is_int, is_real
 from . import _protocol as P
 
@@ -258,7 +258,8 @@ class SelectorStrategy(Strategy):
     3. the chosen clients whose update the server does not already hold get a ``train``
        message (with ``w^t`` unless they received it earlier this round);
     4. the reporting clients' deltas ``w_k - w^t`` are aggregated: with the selection's
-       weights as given (unnormalised, like the simulator) when it carries weights, else by
+       weights as given (unnormalised, like the simulator; ``partial_weights`` when some
+       chosen clients did not report) when it carries weights, else by
        ``aggregation`` (the simulator's rules, float32 torch arithmetic identical to
        :class:`fedselect.FederatedTrainer`), else by ``inner``'s ``aggregate_train`` on the
        local models ``w^t + delta``;
@@ -293,6 +294,10 @@ class SelectorStrategy(Strategy):
         Seeds a selector whose own ``random_state`` is None, derived as
         :class:`fedselect.FederatedTrainer` derives it, so one seed chooses the same
         clients in both worlds.
+    partial_weights : {"rescale", "as-given"}, default "rescale"
+        Weights a selection carries, when some chosen clients do not report: rescaled to
+        keep their total or kept as given, as in the simulator
+        (:func:`fedselect.ledger.reporter_weights`).
 
     Attributes
     ----------
@@ -316,6 +321,7 @@ class SelectorStrategy(Strategy):
         train_timeout: float = 600.0,
         connect_timeout: float = 120.0,
         random_state: int | None = None,
+        partial_weights: str = "rescale",
     ) -> None:
         self.selector = selector
         self.inner = inner
@@ -326,6 +332,9 @@ class SelectorStrategy(Strategy):
         self.train_timeout = train_timeout
         self.connect_timeout = connect_timeout
         self.random_state = random_state
+        self.partial_weights = partial_weights
+        check_param(self, "partial_weights", partial_weights, partial_weights in PARTIAL_WEIGHTS,
+                    f"one of {PARTIAL_WEIGHTS}")
         check_param(self, "clients_per_round", clients_per_round, is_int(clients_per_round) and clients_per_round >= 1,
                     "an integer >= 1")
         check_param(self, "n_clients", n_clients, n_clients is None or (is_int(n_clients) and n_clients >= 1),
@@ -458,7 +467,7 @@ class SelectorStrategy(Strategy):
         stacked = np.stack([np.asarray(led.update(int(k)), dtype=np.float32) for k in reported])
         n_k = np.array([self._n_samples[int(k)] for k in reported], dtype=np.int64)
         if selection.weights is not None:
-            weights = selection.weights[keep]
+            weights = reporter_weights(selection.weights, keep, mode=self.partial_weights)
             new_theta = _apply(theta, stacked, weights)
         elif self.aggregation is not None:
             sub = Selection(reported, counts=selection.counts[keep] if selection.counts is not None else None)

@@ -13,7 +13,7 @@ from sklearn.base import BaseEstimator, clone
 from typing_extensions import Self
 
 from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
-from ..ledger import Costs, RoundLedger
+from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
 from ..selection import (
     BaseSelector,
     ClientOracle,
@@ -315,11 +315,15 @@ class FederatedTrainer(BaseEstimator):
         answers in round t with probability ``availability[k] * (1 - dropout)``. The
         failures are drawn from their own random stream keyed by (seed, round), so for
         one ``random_state`` every selector faces the same failures, and the round
-        aggregates the clients that reported: weights a selection carries are applied
-        as given (unnormalised), the trainer's own rule is renormalised over the
-        reporters, and a round in which nobody reports leaves the model unchanged. The
+        aggregates the clients that reported: weights a selection carries follow
+        ``partial_weights``, the trainer's own rule is renormalised over the reporters,
+        and a round in which nobody reports leaves the model unchanged. The
         :class:`~fedselect.RoundFeedback` holds only the reporters; ``history_`` records
         who failed (``RoundRecord.failed``).
+    partial_weights : {"rescale", "as-given"}, default "rescale"
+        What happens to the weights a selection carries when some chosen clients fail:
+        the reporters' weights are rescaled to keep the selection's total, or kept as given
+        (the failed clients' share is lost). See :func:`fedselect.ledger.reporter_weights`.
 
     Attributes
     ----------
@@ -364,6 +368,7 @@ class FederatedTrainer(BaseEstimator):
         callback: Callable[..., Any] | None = None,
         dropout: float = 0.0,
         availability: Any = None,
+        partial_weights: str = "rescale",
     ) -> None:
         self.selector = selector
         self.model = model
@@ -388,6 +393,7 @@ class FederatedTrainer(BaseEstimator):
         self.callback = callback
         self.dropout = dropout
         self.availability = availability
+        self.partial_weights = partial_weights
 
     # -- validation -----------------------------------------------------------------
     # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
@@ -416,6 +422,7 @@ class FederatedTrainer(BaseEstimator):
         "callback": [None, callable],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "availability": [None, "array-like", callable],  # its length and range are checked against the federation
+        "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
     }
 
     def _validate(self, fed: Any) -> None:
@@ -495,13 +502,16 @@ class FederatedTrainer(BaseEstimator):
         """Aggregation weights of a validated selection, one per client (0 for those that did not report).
 
         Weights the selection carries are applied as given (unnormalised, so unbiased
-        estimators stay unbiased over the clients that report); otherwise the trainer's
-        rule, normalised over the clients that reported.
+        estimators stay unbiased), those of reporters rescaled or not by
+        ``partial_weights`` when some chosen clients failed; otherwise the trainer's rule,
+        normalised over the clients that reported.
         """
         k = len(selection)
         ok = np.ones(k, dtype=bool) if reported is None else np.asarray(reported, dtype=bool)
         if selection.weights is not None:
-            return np.where(ok, selection.weights, 0.0)
+            out = np.zeros(k)
+            out[ok] = reporter_weights(selection.weights, ok, mode=self.partial_weights)
+            return out
         counts = selection.counts if selection.counts is not None else np.ones(k)
         if self.aggregation == "mean":
             w = counts * ok

@@ -102,12 +102,16 @@ def test_round_aggregates_the_reporters_by_the_rule_renormalised(fed):
         np.testing.assert_allclose(fb.global_after, fb.global_before + fb.weights @ fb.updates, rtol=1e-5, atol=1e-6)
 
 
-def test_selection_weights_are_applied_as_given_to_the_reporters(fed):
+@pytest.mark.parametrize("mode", ["rescale", "as-given"])
+def test_selection_weights_of_the_reporters(fed, mode):
     tr = FederatedTrainer(selector=Recorder(weights=0.05), clients_per_round=fed.n_clients, rounds=3, dropout=0.5,
-                          random_state=0, **FAST).fit(fed)
-    for fb in tr.selector_.feedback_:
-        np.testing.assert_allclose(fb.weights, 0.05)  # unnormalised: an unbiased estimator stays unbiased
-        np.testing.assert_allclose(fb.global_after, fb.global_before + 0.05 * fb.updates.sum(0), rtol=1e-5, atol=1e-6)
+                          partial_weights=mode, random_state=0, **FAST).fit(fed)
+    for rec, fb in zip(tr.history_.rounds, tr.selector_.feedback_):
+        assert 0 < len(rec.failed) < fed.n_clients
+        # rescaled: the reporters share the selection's total (20 x 0.05); as given: unnormalised, the rest is lost
+        want = 0.05 * fed.n_clients / fb.clients.size if mode == "rescale" else 0.05
+        np.testing.assert_allclose(fb.weights, want)
+        np.testing.assert_allclose(fb.global_after, fb.global_before + want * fb.updates.sum(0), rtol=1e-5, atol=1e-6)
 
 
 def test_nobody_reports_leaves_the_model_unchanged(fed):
