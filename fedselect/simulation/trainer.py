@@ -543,8 +543,9 @@ class FederatedTrainer(BaseEstimator):
             return
         raise DivergenceError(
             f"FederatedTrainer: training diverged in round {record.round} (selector {type(selector).__name__}, "
-            f"lr={record.lr:g}): test loss {loss:.4g} > divergence={self.divergence:g} x the initial test loss "
-            f"({threshold:.4g}); lower the learning rate, or set divergence=None to disable this check",
+            f"lr={record.lr:g}): test loss {loss:.4g} > {threshold:.4g} = divergence={self.divergence:g} x the "
+            f"initial test loss {threshold / float(self.divergence):.4g}; lower the learning rate, or set "
+            "divergence=None to disable this check",
             round=record.round, test_loss=float(loss), threshold=threshold,
         )
 
