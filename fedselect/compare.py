@@ -539,7 +539,7 @@ def run_comparison(
                     "round": int(getattr(exc, "round", completed)), "rounds_completed": completed,
                     "traceback": traceback.format_exc(limit=8),
                 }
-                failed[label][int(seed)] = error
+                failed[label][int(seed)] = _failure_of({"error": error})
                 log(f"{label} seed {seed} failed in round {error['round']}: {error['type']}: {exc}")
             if error is None:
                 histories[label][int(seed)] = tr.history_
