@@ -88,11 +88,12 @@ def main() -> None:
         log, out, ckpt = tmp / "run.log", tmp / "out.json", tmp / "ckpt"
         kills = 0
         while kills < args.kills and not out.exists():
+            started = len(runs_of(log))
             p = child(name, str(ckpt), log, out, args.every, args.rounds)
             goal = rng.randint(1, 2 * args.every)
             while p.poll() is None:
                 r = runs_of(log)
-                if r and len(r[-1]) >= goal:
+                if len(r) > started and len(r[-1]) >= goal:
                     break
                 time.sleep(0.005)
             time.sleep(rng.uniform(0.0, 0.1))

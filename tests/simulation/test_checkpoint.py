@@ -206,12 +206,14 @@ def test_kill_9_at_random_moments_then_the_same_call_equals_an_uninterrupted_run
     ckpt, log, out = tmp_path / "ckpt", tmp_path / "run.log", tmp_path / "out.json"
     kills = 0
     for _ in range(4):
+        started = len(_rounds_logged(log)) if log.exists() else 0
         p = _run_child(tmp_path, name, str(ckpt), log, out)
         # kill -9 at a random moment: a little after a randomly chosen round of this process completed
         goal = rng.randint(1, 9)
         deadline = time.monotonic() + 120
         while p.poll() is None and time.monotonic() < deadline:
-            if log.exists() and len(_rounds_logged(log)[-1]) >= goal:
+            runs = _rounds_logged(log) if log.exists() else []
+            if len(runs) > started and len(runs[-1]) >= goal:
                 break
             time.sleep(0.005)
         time.sleep(rng.uniform(0.0, 0.05))
@@ -227,6 +229,7 @@ def test_kill_9_at_random_moments_then_the_same_call_equals_an_uninterrupted_run
         assert p.wait(timeout=300) == 0, p.stderr.read().decode()
     assert History.from_json(out) == History.from_json(reference.to_json())
     runs = _rounds_logged(log)
+    assert sum(1 for r in runs[:-1] if r) >= 2  # at least two kills landed during training
     for before, after in itertools.pairwise(runs):
         if before and after:  # rounds completed before the kill and run again after it
             redone = before[-1] + 1 - after[0]
