@@ -37,6 +37,7 @@ __all__ = [
     "RoundFeedback",
     "Selection",
     "SelectionError",
+    "check_client_ids",
     "check_param",
 ]
 
@@ -45,18 +46,52 @@ class SelectionError(ValueError):
     """A selector returned a selection the runtime cannot use."""
 
 
-def _as_id_array(ids: Any, name: str) -> np.ndarray:
+def check_client_ids(ids: Any, n_clients: int | None = None, *, what: str = "client ids") -> np.ndarray:
+    """Client ids as a 1-D int64 array: the one rule every runtime and contract applies.
+
+    Accepts a scalar or a 1-D sequence of Python or NumPy integers (an empty sequence is
+    allowed). Rejects bools, floats (even whole ones: cast with ``astype(int)`` first),
+    strings, other shapes and, when ``n_clients`` is given, ids outside ``0..n_clients-1``.
+
+    Parameters
+    ----------
+    ids : int or array-like of int
+        The ids.
+    n_clients : int, optional
+        N; when given, every id must lie in ``0..N-1``.
+    what : str
+        Names the caller in error messages (e.g. ``"oracle.losses"``).
+
+    Returns
+    -------
+    ndarray of int64
+
+    Raises
+    ------
+    ValueError
+        Naming ``what``, the problem and the offending values.
+    """
     arr = np.asarray(ids)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D sequence of client ids, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
-            arr = arr.astype(np.int64)
-        else:
-            raise ValueError(f"{name} must hold integer client ids, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
+        raise ValueError(f"{what}: client ids must be a 1-D sequence of integers, got an array of shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(
+            f"{what}: client ids must be integers, got dtype {arr.dtype} ({arr[:5].tolist()}"
+            f"{'...' if arr.size > 5 else ''}); cast with .astype(int) if they are whole numbers"
+        )
+    arr = arr.astype(np.int64, copy=False)
+    if n_clients is not None:
+        bad = arr[(arr < 0) | (arr >= n_clients)]
+        if bad.size:
+            raise ValueError(
+                f"{what}: client id(s) {bad[:5].tolist()} out of range for a federation of {n_clients} clients "
+                f"(valid ids are 0..{n_clients - 1})"
+            )
+    return arr
 
 
 def check_param(
@@ -173,7 +208,7 @@ class Selection:
     counts: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        clients = _as_id_array(self.clients, "Selection.clients")
+        clients = check_client_ids(self.clients, what="Selection.clients")
         object.__setattr__(self, "clients", clients)
         if self.weights is not None:
             w = np.asarray(self.weights, dtype=np.float64)
@@ -253,7 +288,8 @@ class Selection:
 class RoundFeedback:
     """What training the chosen clients produced, as a real server would receive it.
 
-    Clients that failed to report are simply absent from ``clients``.
+    Clients that failed to report are simply absent from ``clients`` (so ``clients``
+    may hold fewer ids than were chosen, or none at all).
 
     Attributes
     ----------
@@ -302,8 +338,19 @@ class RoundFeedback:
 class ClientOracle(abc.ABC):
     """The questions a selector may ask before choosing, each paid for and recorded.
 
-    Implemented by the simulator (:class:`fedselect.simulation.trainer.SimulationOracle`),
-    by the Flower strategy, and by :class:`fedselect.testing.SyntheticOracle`.
+    Implemented by the simulator (:class:`fedselect.simulation.trainer.SimulationOracle`)
+    and by :class:`fedselect.testing.SyntheticOracle`; every implementation keeps its
+    bookkeeping in a :class:`fedselect.ledger.RoundLedger`, so they charge alike.
+
+    **Clients that do not answer.** In a real federation (and in the simulator with
+    ``dropout`` or ``availability`` set) a client may not answer: it is unavailable this
+    round, times out, or replies with an error. Such a client is charged for what was
+    sent to it, its answer is NaN (a NaN entry of :meth:`losses`, of the N-vector of
+    :meth:`trial`, or a NaN row of :meth:`local_updates`), it is not contacted again in
+    that round, and if it is chosen it does not report: it is absent from the round's
+    :class:`RoundFeedback` and the round aggregates those who reported. A selector must
+    therefore expect NaN in every answer (and partial feedback) and still return a valid
+    selection; the conformance checks of :mod:`fedselect.testing` try it.
 
     Attributes
     ----------
@@ -330,7 +377,8 @@ class ClientOracle(abc.ABC):
 
         ``w_trial`` is what round t would produce if ``ids`` trained, with the same
         learning rate, weight decay, prox term, dropout and aggregation rule as the
-        round. It is not applied and does not advance the round. Costs ``len(ids)``
+        round (over the ids that answered: a trial client that fails is left out, as it
+        would be from the round). It is not applied and does not advance the round. Costs ``len(ids)``
         local trainings, N models down and N scalars up, plus the baseline losses if
         they were not already paid this round.
         """

@@ -33,17 +33,15 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 
+from .ledger import Costs, RoundLedger
 from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
-
-if TYPE_CHECKING:
-    from .simulation.costs import Costs
 
 __all__ = ["SyntheticOracle", "check_selector", "make_pools", "yield_checks"]
 
@@ -84,6 +82,10 @@ class SyntheticOracle(ClientOracle):
         Local learning rate of the single local gradient step.
     spread : float, default=0.1
         Standard deviation of each client's optimum around its group's centre.
+    dropout : float, default=0.0
+        Probability that a client does not answer in a round (drawn per round from its
+        own stream): it answers NaN to every question, is charged as sent, and does not
+        report if chosen (see :class:`fedselect.ClientOracle`).
     random_state : None, int or numpy RandomState
         Seeds the problem (centres, optima, default n_samples) and every noise stream.
 
@@ -103,6 +105,8 @@ class SyntheticOracle(ClientOracle):
         Each client's group.
     costs : Costs
         Everything paid so far (queries and rounds), cumulative.
+    ledger : RoundLedger
+        This round's bookkeeping (:class:`fedselect.ledger.RoundLedger`).
     calls : list of (str, tuple of int)
         Every query in order: the method name and the ids asked about
         (``("global_parameters", ())`` for the free query).
@@ -128,15 +132,19 @@ class SyntheticOracle(ClientOracle):
         noise: float = 0.01,
         lr: float = 0.5,
         spread: float = 0.1,
+        dropout: float = 0.0,
         random_state: Any = None,
     ) -> None:
-        if not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
+        if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
             raise ValueError(f"SyntheticOracle: n_clients={n_clients!r} must be an integer >= 1")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0 <= dropout < 1:
+            raise ValueError(f"SyntheticOracle: dropout={dropout!r} must be a number in [0, 1)")
         rng = check_random_state(random_state)
         self.n_clients = int(n_clients)
         self.dim = int(dim)
         self.noise = float(noise)
         self.lr = float(lr)
+        self.dropout = float(dropout)
         if n_samples is None:
             n_samples = rng.randint(10, 301, size=self.n_clients)
         self.n_samples = ClientPool(np.asarray(n_samples)).n_samples
@@ -151,9 +159,6 @@ class SyntheticOracle(ClientOracle):
         self._seed = int(rng.randint(2**31 - 1))
         self.round = 0
         self.w = np.zeros(self.dim, dtype=np.float32)
-        # Imported here: the fedselect.simulation package pulls in torch, which a plugin's checks need not pay for.
-        from .simulation.costs import Costs
-
         self.costs: Costs = Costs()
         self.calls: list[tuple[str, tuple[int, ...]]] = []
         self._n_trials = 0
@@ -161,54 +166,45 @@ class SyntheticOracle(ClientOracle):
 
     # -- bookkeeping ----------------------------------------------------------------
     def _new_round_state(self) -> None:
-        self._holding: set[int] = set()  # clients holding w^t this round
-        self._loss_paid: set[int] = set()  # clients whose l_k(w^t) reached the server
-        self._trained: set[int] = set()  # clients that ran their local update from w^t
-        self._uploaded: set[int] = set()  # clients whose full update reached the server
+        if self.dropout > 0:
+            unavailable = np.flatnonzero(self._stream(3).random(self.n_clients) < self.dropout)
+        else:
+            unavailable = np.zeros(0, dtype=np.int64)
+        self.ledger = RoundLedger(self.n_clients, self.round, unavailable=unavailable)
         self._n_trials = 0
 
+    @property
+    def unavailable(self) -> frozenset[int]:
+        """The clients that do not answer this round (drawn from ``dropout``) or that failed."""
+        return self.ledger.failed
+
     def _ids(self, ids: Any, method: str) -> np.ndarray:
-        arr = np.asarray(ids)
-        if arr.ndim == 0:
-            arr = arr.reshape(1)
-        if arr.ndim != 1:
-            raise ValueError(
-                f"SyntheticOracle.{method}: ids must be a 1-D sequence of client ids, got shape {arr.shape}"
-            )
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        if not np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
-            raise ValueError(f"SyntheticOracle.{method}: ids must be integers, got dtype {arr.dtype}: {arr.tolist()}")
-        bad = arr[(arr < 0) | (arr >= self.n_clients)]
-        if bad.size:
-            raise ValueError(
-                f"SyntheticOracle.{method}: client id(s) {bad.tolist()} out of range (valid ids are "
-                f"0..{self.n_clients - 1})"
-            )
-        return arr.astype(np.int64)
+        return self.ledger.ids(ids, f"SyntheticOracle.{method}")
 
     def _stream(self, *key: int) -> np.random.Generator:
         return np.random.default_rng([self._seed, self.round, *key])
 
-    def _send_model(self, ids: np.ndarray) -> None:
-        new = set(ids.tolist()) - self._holding
-        self.costs.models_down += len(new)
-        self._holding |= new
+    def _charge(self, before: Costs) -> None:
+        """Add what the ledger charged since ``before`` to the cumulative costs."""
+        now = self.ledger.costs
+        self.costs += Costs(**{k: v - getattr(before, k) for k, v in now.to_dict().items()})
+
+    def _snapshot(self) -> Costs:
+        return Costs(**self.ledger.costs.to_dict())
 
     def _pay_losses(self, ids: np.ndarray) -> None:
-        self._send_model(ids)
-        new = sorted(set(ids.tolist()) - self._loss_paid)
-        self.costs.scalars_up += len(new)
-        self.costs.samples_evaluated += int(self.n_samples[new].sum()) if new else 0
-        self._loss_paid |= set(new)
+        led = self.ledger
+        led.send_model(ids)
+        ask = led.losses_to_ask(ids)
+        values = self._loss_at(self.w, self._eval_noise(0))[ask]
+        led.record_losses(ask, values, samples_evaluated=int(self.n_samples[ask].sum()) if ask.size else 0)
 
     def _train(self, ids: np.ndarray) -> None:
-        self._send_model(ids)
-        new = sorted(set(ids.tolist()) - self._trained)
-        self.costs.local_trainings += len(new)
-        self.costs.local_steps += len(new)  # one full-batch gradient step each
-        self.costs.sample_gradients += int(self.n_samples[new].sum()) if new else 0
-        self._trained |= set(new)
+        led = self.ledger
+        led.send_model(ids)
+        new = led.to_train(ids)
+        # one full-batch gradient step each
+        led.record_training(new, steps=new.size, sample_gradients=int(self.n_samples[new].sum()) if new.size else 0)
 
     # -- the problem itself -----------------------------------------------------------
     def _loss_at(self, w: np.ndarray, eval_noise: np.ndarray) -> np.ndarray:
@@ -229,58 +225,76 @@ class SyntheticOracle(ClientOracle):
 
     # -- the ClientOracle API -----------------------------------------------------------
     def losses(self, ids: Any) -> np.ndarray:
-        """l_k(w^t) for each id (one model down per client not yet holding w^t, one scalar up)."""
+        """l_k(w^t) for each id (one model down per client not yet holding w^t, one scalar up); NaN if it failed."""
         ids = self._ids(ids, "losses")
         self.calls.append(("losses", tuple(ids.tolist())))
+        before = self._snapshot()
         self._pay_losses(ids)
-        return self._loss_at(self.w, self._eval_noise(0))[ids]
+        self._charge(before)
+        return self.ledger.loss(ids)
 
     def trial(self, ids: Any) -> np.ndarray:
         """The length-N vector l(w_trial) - l(w^t) if ``ids`` trained this round (not applied).
 
-        Costs ``len(ids)`` local trainings (not repeated if those clients train again this
-        round) and their uploads, N models down and N scalars up for the trial model, plus
-        the baseline losses not yet paid this round.
+        ``w_trial`` is w^t plus the mean update of the trial clients that answered. Costs
+        ``len(ids)`` local trainings (not repeated if those clients train again this
+        round) and their uploads, N models down and a scalar up per answering client for
+        the trial model, plus the baseline losses not yet paid this round. Entries of
+        clients that failed are NaN; if no trial client answered, every entry is NaN.
         """
-        ids = self._ids(ids, "trial")
+        ids = np.unique(self._ids(ids, "trial"))
         if ids.size == 0:
             raise ValueError("SyntheticOracle.trial: ids must name at least one client")
         self.calls.append(("trial", tuple(ids.tolist())))
+        led = self.ledger
+        before_costs = self._snapshot()
         everyone = np.arange(self.n_clients)
         self._pay_losses(everyone)
         self._train(ids)
-        new_up = set(ids.tolist()) - self._uploaded
-        self.costs.models_up += len(new_up)
-        self._uploaded |= new_up
+        alive = led.alive(ids)
+        if not alive.size:
+            self._charge(before_costs)
+            return np.full(self.n_clients, np.nan)
+        led.upload(alive)
         self._n_trials += 1
-        self.costs.models_down += self.n_clients
-        self.costs.scalars_up += self.n_clients
-        self.costs.samples_evaluated += int(self.n_samples.sum())
-        w_trial = self.w + self._deltas(ids).mean(axis=0)
+        answering = led.alive(everyone)
+        led.record_trial(answering.size, samples_evaluated=int(self.n_samples[answering].sum()))
+        self._charge(before_costs)
+        w_trial = self.w + self._deltas(alive).mean(axis=0)
         before = self._loss_at(self.w, self._eval_noise(0))
         after = self._loss_at(w_trial, self._eval_noise(self._n_trials))
-        return after - before
+        out = after - before
+        out[list(led.failed)] = np.nan
+        return out
 
     def local_updates(self, ids: Any, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        """Each id's local update from w^t (float32 rows), transformed client-side.
+        """Each id's local update from w^t (float32 rows), transformed client-side; NaN rows for failed clients.
 
         Without ``transform`` each client uploads its full update (a model up); with it,
         the length of each transformed row is counted in ``floats_up``.
         """
         ids = self._ids(ids, "local_updates")
         self.calls.append(("local_updates", tuple(ids.tolist())))
+        led = self.ledger
+        before = self._snapshot()
         self._train(ids)
+        ok = np.array([not led.is_failed(k) for k in ids.tolist()], dtype=bool)
         deltas = self._deltas(ids)
         if transform is None:
-            new_up = set(ids.tolist()) - self._uploaded
-            self.costs.models_up += len(new_up)
-            self._uploaded |= new_up
+            led.upload(ids[ok])
+            self._charge(before)
+            deltas[~ok] = np.nan
             return deltas
-        rows = [np.asarray(transform(d.copy()), dtype=np.float32).ravel() for d in deltas]
-        self.costs.floats_up += int(sum(r.size for r in rows))
+        rows: list[np.ndarray | None] = [
+            np.asarray(transform(d.copy()), dtype=np.float32).ravel() if good else None for d, good in zip(deltas, ok)
+        ]
+        led.record_floats_up(int(sum(r.size for r in rows if r is not None)))
+        self._charge(before)
         if not rows:
             return np.zeros((0, 0), dtype=np.float32)
-        return np.stack(rows)
+        sizes = {r.size for r in rows if r is not None}
+        width = sizes.pop() if sizes else np.asarray(transform(np.zeros(self.dim, dtype=np.float32))).size
+        return np.stack([np.full(width, np.nan, dtype=np.float32) if r is None else r for r in rows])
 
     def global_parameters(self) -> np.ndarray:
         """A copy of w^t (float32). Free."""
@@ -289,12 +303,14 @@ class SyntheticOracle(ClientOracle):
 
     # -- running a round ------------------------------------------------------------------
     def run_round(self, selection: Selection, needs: frozenset[str] = frozenset()) -> RoundFeedback:
-        """Train the selected clients, aggregate, and return the round's feedback.
+        """Train the selected clients, aggregate what the reporting ones sent, and return the feedback.
 
         The selection is used as given (validate it first with
-        :meth:`Selection.validated`). Without weights the update is the mean of the chosen
-        clients' deltas, a client counted ``selection.counts`` times when counts are
-        present; with weights, each delta is multiplied by its weight as given and added.
+        :meth:`Selection.validated`). Clients that fail this round (``dropout``) do not
+        report. Without weights the update is the mean of the reporting clients' deltas,
+        a client counted ``selection.counts`` times when counts are present; with
+        weights, each reporting client's delta is multiplied by its weight as given and
+        added.
 
         Parameters
         ----------
@@ -307,27 +323,34 @@ class SyntheticOracle(ClientOracle):
         Returns
         -------
         RoundFeedback
+            Only the clients that reported.
         """
         ids = self._ids(selection.clients, "run_round")
-        losses = self._loss_at(self.w, self._eval_noise(0))[ids]
-        self._pay_losses(ids)  # clients report their loss on w^t with their update
+        led = self.ledger
+        before_costs = self._snapshot()
         self._train(ids)
-        new_up = set(ids.tolist()) - self._uploaded
-        self.costs.models_up += len(new_up)
-        deltas = self._deltas(ids)
+        ok = np.array([not led.is_failed(k) for k in ids.tolist()], dtype=bool)
+        reporters = ids[ok]
+        self._pay_losses(reporters)  # clients report their loss on w^t with their update
+        led.upload(reporters)
+        self._charge(before_costs)
+        losses = self._loss_at(self.w, self._eval_noise(0))[reporters]
+        deltas = self._deltas(reporters)
         if selection.weights is not None:
-            weights = np.asarray(selection.weights, dtype=np.float64)
+            weights = np.asarray(selection.weights, dtype=np.float64)[ok]
         else:
             counts = np.ones(ids.size) if selection.counts is None else np.asarray(selection.counts, dtype=np.float64)
-            weights = counts / counts.sum()
+            counts = counts[ok]
+            weights = counts / counts.sum() if counts.sum() > 0 else counts
         before = self.w.copy()
-        self.w = (self.w.astype(np.float64) + weights @ deltas.astype(np.float64)).astype(np.float32)
+        if reporters.size:
+            self.w = (self.w.astype(np.float64) + weights @ deltas.astype(np.float64)).astype(np.float32)
         feedback = RoundFeedback(
             round=self.round,
-            clients=ids,
+            clients=reporters,
             weights=weights,
             losses=losses,
-            n_samples=self.n_samples[ids],
+            n_samples=self.n_samples[reporters],
             updates=deltas if "updates" in needs else None,
             global_before=before if "global" in needs else None,
             global_after=self.w.copy() if "global" in needs else None,
@@ -386,11 +409,12 @@ def _run(
     *,
     fit: bool = True,
     on_round: Callable[[int, Selection, RoundFeedback], None] | None = None,
+    dropout: float = 0.0,
 ) -> list[tuple[list[int], list[float] | None]]:
     """Run ``n_rounds`` rounds on a fresh SyntheticOracle; return the validated selections."""
     if fit:
         selector.fit(pool)
-    oracle = SyntheticOracle(pool.n_clients, n_samples=pool.n_samples, random_state=seed)
+    oracle = SyntheticOracle(pool.n_clients, n_samples=pool.n_samples, random_state=seed, dropout=dropout)
     out = []
     for t in range(n_rounds):
         raw = selector.select(n, round=t, oracle=oracle)
@@ -398,6 +422,7 @@ def _run(
         sel = raw.validated(pool.n_clients, n, variable_size=_variable_size(selector), source=type(selector).__name__)
         if sel.weights is not None:
             assert np.all(np.isfinite(sel.weights)), f"round {t}: non-finite weights {sel.weights}"
+            assert np.all(sel.weights >= 0), f"round {t}: negative weights {sel.weights}"
         feedback = oracle.run_round(sel, needs=selector.needs)
         if on_round is not None:
             on_round(t, sel, feedback)
@@ -598,6 +623,30 @@ def check_refit_starts_over(
         assert a == b, f"round {t} differs after fit() again: {a} vs {b}"
 
 
+def check_missing_answers(
+    selector: BaseSelector, *, n_rounds: int = 30, pools: Sequence[ClientPool] | None = None, seed: int = 0
+) -> None:
+    """Clients that do not answer (NaN answers, partial or empty feedback) never break the selector.
+
+    Runs the selector against oracles where each client fails a round with probability
+    0.3 and 0.9 (so some rounds have no reporter at all, and whole oracle answers are
+    NaN): every selection must stay valid with finite, non-negative weights.
+    """
+    pools = make_pools(seed, (7, 20)) if pools is None else pools
+    for dropout in (0.3, 0.9):
+        for pool in pools:
+            n = _some_n(pool.n_clients, 3)
+            est = _seeded(selector, seed)
+            try:
+                _run(est, pool, n, n_rounds, seed, dropout=dropout)
+            except AssertionError as exc:
+                raise AssertionError(f"dropout={dropout}, N={pool.n_clients}, n={n}: {exc}") from exc
+            except Exception as exc:
+                raise AssertionError(
+                    f"dropout={dropout}, N={pool.n_clients}, n={n}: {type(exc).__name__}: {exc}"
+                ) from exc
+
+
 def check_select_n_bounds(selector: BaseSelector) -> None:
     """``select`` raises ValueError for n=0 and n>N."""
     pool = make_pools(0, (7,))[0]
@@ -658,6 +707,7 @@ def yield_checks(
         ("check_valid_selections", p(check_valid_selections, selector, n_rounds=n_rounds, pools=pools)),
         ("check_reproducible", p(check_reproducible, selector, n_rounds=n_rounds, seeds=seeds, pools=pools)),
         ("check_no_mutation", p(check_no_mutation, selector, n_rounds=min(n_rounds, 10), pools=pools)),
+        ("check_missing_answers", p(check_missing_answers, selector, n_rounds=n_rounds, pools=pools)),
         ("check_refit_starts_over", p(check_refit_starts_over, selector, n_rounds=n_rounds, pools=pools)),
     ]
     yield from checks

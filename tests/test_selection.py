@@ -54,11 +54,43 @@ def test_pool_is_immutable():
 # -- Selection -------------------------------------------------------------------------------
 def test_selection_coerces_ids():
     assert Selection(3).clients.tolist() == [3]
-    assert Selection(np.array([1.0, 2.0])).clients.dtype == np.int64
-    with pytest.raises(ValueError, match="integer client ids"):
-        Selection([0.5])
+    assert Selection(np.array([1, 2], dtype=np.int32)).clients.dtype == np.int64
     with pytest.raises(ValueError, match="1-D"):
         Selection([[0, 1]])
+
+
+@pytest.mark.parametrize(
+    "ids, match",
+    [
+        ([0.5], "must be integers, got dtype float64"),
+        (np.array([1.0, 2.0]), r"must be integers.*astype\(int\)"),
+        ([True, False], "must be integers, got dtype bool"),
+        (["a"], "must be integers"),
+        ([[0, 1]], "1-D"),
+    ],
+)
+def test_one_rule_for_client_ids(ids, match):
+    """Selection, the simulator's oracle, the synthetic oracle and the ledger reject the same ids alike."""
+    from fedselect.ledger import RoundLedger
+    from fedselect.selection import check_client_ids
+    from fedselect.testing import SyntheticOracle
+
+    with pytest.raises(ValueError, match=match):
+        check_client_ids(ids, 5)
+    with pytest.raises(ValueError, match=match):
+        Selection(ids)
+    with pytest.raises(ValueError, match=match):
+        SyntheticOracle(5, random_state=0).losses(ids)
+    with pytest.raises(ValueError, match=match):
+        RoundLedger(5, 0).send_model(ids)
+
+
+def test_client_ids_out_of_range_named():
+    from fedselect.selection import check_client_ids
+
+    with pytest.raises(ValueError, match=r"oracle.losses: client id\(s\) \[5, -1\] out of range.*0..4"):
+        check_client_ids([0, 5, -1], 5, what="oracle.losses")
+    assert check_client_ids([], 5).dtype == np.int64
 
 
 def test_selection_weights_shape_and_finiteness():

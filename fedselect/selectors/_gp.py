@@ -105,16 +105,42 @@ class LossChangeGP(gpytorch.Module):
     def log_probs(self, values: torch.Tensor) -> torch.Tensor:
         """``log N(values_m | mu, Sigma)`` for each row of ``values`` (shape (M, N)), shape (M,).
 
-        One call of the operator's ``inv_quad_logdet`` with the M vectors as columns: a
-        single d x d Cholesky factor serves them all (``MultivariateNormal.log_prob`` on a
-        batch would first repeat the operator M times).
+        Complete rows share one call of the operator's ``inv_quad_logdet`` with the vectors
+        as columns: a single d x d Cholesky factor serves them all
+        (``MultivariateNormal.log_prob`` on a batch would first repeat the operator M times).
+
+        NaN entries are clients that did not answer in that round: a row with missing
+        entries contributes the exact marginal likelihood of its observed entries,
+        ``log N(v_o | mu_o, X_o^T X_o + s_n^2 I)`` (the marginal of a Gaussian over a subset
+        of its coordinates), through its own low-rank operator on those clients.
         """
         mvn = self()
-        diff = (values - mvn.loc).mT
-        inv_quad, logdet = mvn.lazy_covariance_matrix.inv_quad_logdet(
-            inv_quad_rhs=diff, logdet=True, reduce_inv_quad=False
-        )
-        return -0.5 * (inv_quad + logdet + self.n_clients * math.log(2 * math.pi))
+        missing = torch.isnan(values)
+        complete = ~missing.any(dim=1)
+        if bool(complete.all()):
+            inv_quad, logdet = mvn.lazy_covariance_matrix.inv_quad_logdet(
+                inv_quad_rhs=(values - mvn.loc).mT, logdet=True, reduce_inv_quad=False
+            )
+            return -0.5 * (inv_quad + logdet + self.n_clients * math.log(2 * math.pi))
+        out = values.new_zeros(values.shape[0])
+        if bool(complete.any()):
+            diff = (values[complete] - mvn.loc).mT
+            inv_quad, logdet = mvn.lazy_covariance_matrix.inv_quad_logdet(
+                inv_quad_rhs=diff, logdet=True, reduce_inv_quad=False
+            )
+            out[complete] = -0.5 * (inv_quad + logdet + self.n_clients * math.log(2 * math.pi))
+        for m in torch.nonzero(~complete).flatten().tolist():
+            obs = ~missing[m]
+            n_obs = int(obs.sum())
+            if n_obs == 0:
+                continue
+            covar = LowRankRootAddedDiagLinearOperator(
+                LowRankRootLinearOperator(self.root[obs]), DiagLinearOperator(self.noise_diag[obs])
+            )
+            diff = (values[m, obs] - self.mean[obs]).unsqueeze(-1)
+            inv_quad, logdet = covar.inv_quad_logdet(inv_quad_rhs=diff, logdet=True, reduce_inv_quad=False)
+            out[m] = -0.5 * (inv_quad.sum() + logdet + n_obs * math.log(2 * math.pi))
+        return out
 
     def weighted_nll(self, values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """``-sum_m weights_m log N(values_m | mu, Sigma)``: minus the objective Phi of Eq. (17)."""
@@ -122,13 +148,20 @@ class LossChangeGP(gpytorch.Module):
 
     # -- learning ---------------------------------------------------------------------
     def set_mean(self, values: np.ndarray | None, weights: np.ndarray | None = None) -> None:
-        """Set mu to the weighted mean of ``values`` per client, or back to 0 when ``values`` is None."""
+        """Set mu to the weighted mean of ``values`` per client, or back to 0 when ``values`` is None.
+
+        NaN entries (clients that did not answer) are left out of their client's mean; a
+        client never observed gets mean 0.
+        """
         with torch.no_grad():
             if values is None:
                 self.mean.zero_()
             else:
-                w = np.asarray(weights, dtype=np.float64)
-                self.mean.copy_(torch.from_numpy(w @ np.asarray(values, dtype=np.float64) / w.sum()))
+                v = np.asarray(values, dtype=np.float64)
+                w = np.asarray(weights, dtype=np.float64)[:, None] * np.isfinite(v)
+                total = w.sum(axis=0)
+                mean = np.divide((w * np.nan_to_num(v)).sum(axis=0), total, out=np.zeros(v.shape[1]), where=total > 0)
+                self.mean.copy_(torch.from_numpy(mean))
 
     def fit(self, values: np.ndarray, weights: np.ndarray, *, iterations: int, lr: float) -> FitResult:
         """Maximise ``sum_m weights_m log N(values_m | mu, Sigma)`` over X with Adam (Eqs. 16-17).
@@ -138,7 +171,7 @@ class LossChangeGP(gpytorch.Module):
         Parameters
         ----------
         values : ndarray, shape (M, N)
-            Loss-change vectors.
+            Loss-change vectors (NaN: a client that did not answer; see :meth:`log_probs`).
         weights : ndarray, shape (M,)
             Their discount weights gamma^age.
         iterations : int

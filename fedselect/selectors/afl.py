@@ -46,6 +46,11 @@ class ActiveFLSelector(BaseSelector):
     fill covers the rest, so exactly ``n`` distinct clients are always returned. No
     aggregation weights are returned.
 
+    **Clients that do not answer** a loss query (NaN, see :class:`~fedselect.ClientOracle`)
+    keep no valuation and are asked again in the next round; until then they rank lowest
+    (they are most likely unreachable), so they can only come in through the uniform part
+    of the draw.
+
     Parameters
     ----------
     alpha1 : float, default=0.75
@@ -119,9 +124,9 @@ class ActiveFLSelector(BaseSelector):
         if unknown.size:
             losses = np.asarray(oracle.losses(unknown), dtype=np.float64)
             self.valuations_[unknown] = losses * self.sqrt_n_[unknown]
-            self.known_[unknown] = True
-        # A NaN valuation (diverged loss) ranks highest: such a client needs attention most.
-        v = np.nan_to_num(self.valuations_, nan=np.inf)
+            self.known_[unknown] = ~np.isnan(losses)  # no answer: ask again next round
+        # A client without a valuation (it did not answer) ranks lowest; an infinite loss highest.
+        v = np.nan_to_num(self.valuations_, nan=-np.inf)
         n_drop = min(_floor(self.alpha1 * N), N - 1)
         kept = np.argsort(v, kind="stable")[n_drop:]
         n_soft = min(_floor((1.0 - self.alpha3) * n), kept.size)

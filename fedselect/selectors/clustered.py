@@ -387,7 +387,10 @@ class ClusteredSamplingSelector(BaseSelector):
             return self.segments_
         if self.init == "probe" and not self.seen_.all():
             todo = np.flatnonzero(~self.seen_)
-            self._set_representatives(todo, oracle.local_updates(todo), round=oracle.round)
+            updates = np.asarray(oracle.local_updates(todo), dtype=np.float32)
+            answered = ~np.isnan(updates).any(axis=1)  # the others did not answer: probed again next round
+            if answered.any():
+                self._set_representatives(todo[answered], updates[answered], round=oracle.round)
         if self.init == "size" and not self.seen_.all():
             self.segments_, self.m_ = self._size_segments(n), n
             return self.segments_

@@ -120,6 +120,14 @@ class FedCorSelector(BaseSelector):
     presets set the trainer's ``aggregation="mean"``. :meth:`update` learns nothing: every
     loss the GP needs comes through the oracle.
 
+    **Clients that do not answer** (NaN answers of the oracle, see
+    :class:`~fedselect.ClientOracle`): a loss-change vector keeps NaN where a client did not
+    answer in either of its two rounds, and the GP's likelihood of that vector is the
+    exact marginal over the clients that did (``X_o^T X_o + s_n^2 I`` on the observed
+    clients), so a missing answer neither biases X nor stops the schedule; a vector with
+    fewer than two answers is dropped, and a fit whose window holds no vector keeps the
+    current X. Not in the paper, which assumes every client answers.
+
     **Costs.** Warm-up: N losses per round for ``W + 2`` rounds. Each GP round: one trial
     (``n`` local trainings, N models down, N losses up). Nothing else.
 
@@ -377,13 +385,15 @@ class FedCorSelector(BaseSelector):
         return values
 
     def _add_vector(self, t: int, source: str, values: np.ndarray) -> None:
-        bad = np.flatnonzero(~np.isfinite(values))
+        bad = np.flatnonzero(np.isinf(values))
         if bad.size:
             what = "trial" if source == "trial" else "warm-up"
             raise ValueError(
-                f"FedCorSelector: the {what} loss-change vector of round {t} has {bad.size} non-finite "
-                f"value(s) (NaN or inf), first at client(s) {bad[:5].tolist()}; the clients' losses must be finite"
+                f"FedCorSelector: the {what} loss-change vector of round {t} has {bad.size} infinite "
+                f"value(s), first at client(s) {bad[:5].tolist()}; the clients' losses must be finite"
             )
+        if np.count_nonzero(~np.isnan(values)) < 2:
+            return  # (almost) nobody answered: the vector says nothing about correlations
         values = values.copy()
         values.setflags(write=False)
         self.history_.append(LossChangeRecord(int(t), source, values))
@@ -402,6 +412,8 @@ class FedCorSelector(BaseSelector):
         discount = README2023_DISCOUNT if self.schedule == "readme2023" else float(self.theta)
         wanted = {newest - m * step for m in range(depth + 1)}
         records = [r for r in self.history_ if r.round in wanted]
+        if not records:  # every vector of the window was empty (clients did not answer): keep X
+            return
         values = np.stack([r.values for r in records])
         weights = discount ** np.array([newest - r.round for r in records], dtype=np.float64)
         if self.update_mean:

@@ -346,6 +346,13 @@ class HCSFedSelector(BaseSelector):
     whose compressed update is exactly zero has pi_k = 0 under Eq. 6 either way
     (its update is zero, so the aggregate loses nothing).
 
+    **Clients that do not answer** (NaN rows from ``oracle.local_updates``, see
+    :class:`~fedselect.ClientOracle`) cannot train this round, so Algorithm 1 runs on the
+    clients that answered, with ``p_k`` renormalised over them (the estimator is then
+    unbiased for their weighted mean update). With fewer answers than ``max(n, H)`` the
+    round falls back to ``n`` uniformly random clients weighted ``p_k N / n`` (Eq. 4's
+    estimator). Not in the paper, which assumes every client answers.
+
     Parameters
     ----------
     n_clusters : int, default=5
@@ -476,13 +483,38 @@ class HCSFedSelector(BaseSelector):
                 f"{type(self).__name__}: round {round}: the compressor gave an array of shape {X.shape}; expected "
                 f"one row per client ({N})"
             )
-        bad = np.flatnonzero(~np.isfinite(X).all(1))
+        bad = np.flatnonzero(np.isinf(X).any(1))
         if bad.size:
             raise ValueError(
                 f"{type(self).__name__}: round {round}: the compressed local updates of client(s) "
-                f"{bad[:5].tolist()} contain NaN or inf (a diverged local training; lower the learning rate)"
+                f"{bad[:5].tolist()} are infinite (a diverged local training; lower the learning rate)"
             )
+        # Clients that did not answer (NaN rows) cannot train this round: HCSFed runs on those that did.
+        answered = np.flatnonzero(~np.isnan(X).any(1))
+        if answered.size < max(n, int(self.n_clusters)):
+            return self._fallback(n, answered)
+        if answered.size < N:
+            local, weights = self._sample(X[answered], self.weights_[answered] / self.weights_[answered].sum(), n)
+            self.labels_ = _spread(self.labels_, answered, N, -1)
+            self.inclusion_ = _spread(self.inclusion_, answered, N, 0.0)
+            return Selection(answered[local], weights)
+        local, weights = self._sample(X, self.weights_, n)
+        return Selection(local, weights)
 
+    def _fallback(self, n: int, answered: np.ndarray) -> Selection:
+        """Too few clients answered to cluster: n uniformly random clients, weighted p_k N / n (Eq. 4's estimator)."""
+        N = self.n_clients_
+        pool = answered if answered.size >= n else np.arange(N)
+        clients = np.sort(self.rng_.choice(pool, n, replace=False))
+        self.labels_ = None
+        self.inclusion_ = None
+        p = self.weights_[pool] / self.weights_[pool].sum()
+        return Selection(clients, p[np.searchsorted(pool, clients)] * pool.size / n)
+
+    def _sample(self, X: np.ndarray, p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Algorithm 1 on the rows of ``X`` with client weights ``p``: (chosen rows, their weights p_k / pi_k)."""
+        N = X.shape[0]
+        rng = self.rng_
         labels = kmeans(X, int(self.n_clusters), rng, init=self.kmeans_init)
         H = int(labels.max()) + 1
         sizes = np.bincount(labels, minlength=H)
@@ -518,7 +550,16 @@ class HCSFedSelector(BaseSelector):
         self.allocation_ = m_h
         self.inclusion_ = pi
         self.compressed_dim_ = int(X.shape[1])
-        return Selection(clients, self.weights_[clients] / pi[clients])
+        return clients, p[clients] / pi[clients]
+
+
+def _spread(values: np.ndarray | None, rows: np.ndarray, n: int, fill: float) -> np.ndarray | None:
+    """Per-row values of the answering clients spread over all n clients (``fill`` for the others)."""
+    if values is None:
+        return None
+    out = np.full(n, fill, dtype=np.asarray(values).dtype)
+    out[rows] = values
+    return out
 
 
 @hookimpl

@@ -197,7 +197,8 @@ class LargestDistanceSelector(BaseSelector):
         if first and self.initial == "probe":
             everyone = np.arange(self.n_clients_)
             updates = np.asarray(oracle.local_updates(everyone), dtype=np.float32)
-            self._store(everyone, g[None, :] + updates, round)
+            answered = ~np.isnan(updates).any(axis=1)  # the others did not answer: no model stored yet
+            self._store(everyone[answered], g[None, :] + updates[answered], round)
         dist = self.distances(g)
         self.last_distances_ = dist
         # Farthest first; a random permutation before a stable sort breaks ties at random.

@@ -145,6 +145,11 @@ class OptimalClientSamplingSelector(BaseSelector):
     probability by ``1 / (1 - P0)`` with ``P0 = prod_k (1 - pi_k) <= e^{-m}``; the
     weights are ``p_k (1 - P0) / pi_k`` so the estimator stays exactly unbiased.
 
+    **Clients that do not answer** (NaN norms, see :class:`~fedselect.ClientOracle`) cannot
+    train this round: the probabilities are computed over the clients that answered, with
+    ``p_k`` renormalised over them; if nobody answered, ``n`` uniformly random clients are
+    returned without weights. Not in the paper, which assumes every client answers.
+
     Parameters
     ----------
     random_state : None, int or numpy RandomState, default=None
@@ -204,13 +209,22 @@ class OptimalClientSamplingSelector(BaseSelector):
             oracle.local_updates(ids, transform=lambda u: np.array([np.linalg.norm(u)], dtype=np.float32)),
             dtype=np.float64,
         ).reshape(-1)
-        bad = np.flatnonzero(~np.isfinite(norms))
+        bad = np.flatnonzero(np.isinf(norms))
         if bad.size:
             raise ValueError(
-                f"{type(self).__name__}: round {round}: local update norms of client(s) {bad[:5].tolist()} are not "
-                "finite (a diverged local training)"
+                f"{type(self).__name__}: round {round}: local update norms of client(s) {bad[:5].tolist()} are "
+                "infinite (a diverged local training)"
             )
-        pi = optimal_probabilities(self.weights_ * norms, m)
+        answered = ~np.isnan(norms)  # the others did not answer and cannot train this round
+        if not answered.any():
+            self.last_probabilities_ = np.zeros(N)
+            self.last_norms_ = norms
+            return Selection(np.sort(self.rng_.choice(N, min(m, N), replace=False)))
+        p = self.weights_
+        if not answered.all():
+            p = np.where(answered, p, 0.0) / p[answered].sum()
+        pi = np.zeros(N)
+        pi[answered] = optimal_probabilities(p[answered] * norms[answered], min(m, int(answered.sum())))
         p0 = float(np.prod(1.0 - pi))
         while True:
             chosen = np.flatnonzero(self.rng_.random_sample(N) < pi)
@@ -218,7 +232,7 @@ class OptimalClientSamplingSelector(BaseSelector):
                 break
         self.last_probabilities_ = pi
         self.last_norms_ = norms
-        return Selection(chosen, self.weights_[chosen] * (1.0 - p0) / pi[chosen])
+        return Selection(chosen, p[chosen] * (1.0 - p0) / pi[chosen])
 
 
 @hookimpl

@@ -29,6 +29,11 @@ class PowerOfChoiceSelector(BaseSelector):
     anyway; here the query is explicit so its cost is counted. No aggregation weights
     are returned (the trainer's rule applies).
 
+    **Clients that do not answer** the loss query (NaN, see :class:`~fedselect.ClientOracle`)
+    rank last among the candidates: the n clients with the largest losses are taken among
+    those that answered, and only if fewer than n answered are unanswered candidates
+    added (in draw order).
+
     Parameters
     ----------
     d : int or None, default=None
@@ -90,8 +95,8 @@ class PowerOfChoiceSelector(BaseSelector):
             )
         candidates = self.rng_.choice(self.n_clients_, size=d, replace=False, p=self.weights_)
         losses = np.asarray(oracle.losses(candidates), dtype=np.float64)
-        # Largest loss first; NaN (a diverged client) counts as the largest; stable keeps draw order on ties.
-        order = np.argsort(-np.nan_to_num(losses, nan=np.inf), kind="stable")
+        # Largest loss first; NaN (no answer) last; stable keeps draw order on ties.
+        order = np.argsort(-np.nan_to_num(losses, nan=-np.inf, posinf=np.inf), kind="stable")
         self.last_candidates_ = candidates
         self.last_losses_ = losses
         return Selection(candidates[order[:n]])

@@ -168,6 +168,9 @@ def _canonical(value: Any) -> Any:
         return "nan" if math.isnan(value) else value
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy scalars
         return _canonical(value.item())
+    if hasattr(value, "tobytes") and hasattr(value, "dtype") and hasattr(value, "shape"):  # arrays, by content
+        digest = hashlib.sha256(value.tobytes()).hexdigest()[:16]
+        return f"<array {value.dtype} {tuple(value.shape)} sha256:{digest}>"
     if callable(value) and hasattr(value, "__qualname__"):
         return f"<callable {getattr(value, '__module__', '?')}.{value.__qualname__}>"
     if hasattr(value, "get_params") and callable(value.get_params):

@@ -22,7 +22,7 @@ class RoundRecord:
     ----------
     round : int
     clients : list of int
-        The distinct clients that trained.
+        The distinct clients chosen (those in ``failed`` did not report).
     weights : list of float
         The aggregation weight each client's delta received.
     lr : float
@@ -33,6 +33,8 @@ class RoundRecord:
         sum_k p_k l_k(w^{t+1}) when the trainer tracks it.
     costs : Costs
         Everything the round cost, oracle queries included.
+    failed : list of int
+        The chosen clients that did not report (client failures; their weight is 0).
     seconds : float
         Wall-clock time of the round (excluded from equality and repr).
     """
@@ -45,6 +47,7 @@ class RoundRecord:
     test_loss: float | None = None
     global_loss: float | None = None
     costs: Costs = field(default_factory=Costs)
+    failed: list[int] = field(default_factory=list)
     seconds: float = field(default=0.0, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,6 +60,7 @@ class RoundRecord:
             "test_loss": self.test_loss,
             "global_loss": self.global_loss,
             "costs": self.costs.to_dict(),
+            "failed": list(self.failed),
             "seconds": self.seconds,
         }
 
@@ -176,16 +180,17 @@ class History:
         return cls.from_dict(json.loads(s))
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
-        """One row per round: scalars, costs, and the chosen clients as ``;``-joined ids."""
+        """One row per round: scalars, costs, and the chosen and the failed clients as ``;``-joined ids."""
         cost_keys = list(Costs().to_dict())
         with open(path, "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["round", "test_accuracy", "test_loss", "global_loss", "lr", "seconds", "clients", *cost_keys])
+            w.writerow(["round", "test_accuracy", "test_loss", "global_loss", "lr", "seconds", "clients", "failed",
+                        *cost_keys])
             for r in self.rounds:
                 c = r.costs.to_dict()
                 w.writerow(
                     [r.round, r.test_accuracy, r.test_loss, r.global_loss, r.lr, f"{r.seconds:.4f}",
-                     ";".join(map(str, r.clients)), *(c[k] for k in cost_keys)]
+                     ";".join(map(str, r.clients)), ";".join(map(str, r.failed)), *(c[k] for k in cost_keys)]
                 )
 
 

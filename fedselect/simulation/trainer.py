@@ -15,6 +15,7 @@ import torch
 from sklearn.base import BaseEstimator, clone
 from typing_extensions import Self
 
+from ..ledger import Costs, RoundLedger
 from ..selection import (
     BaseSelector,
     ClientOracle,
@@ -31,7 +32,6 @@ from .checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from .costs import Costs
 from .engine import Engine, LocalSchedule
 from .history import History, RoundRecord
 from .models import build_model
@@ -91,117 +91,199 @@ class SimulationOracle(ClientOracle):
     """The simulator's answers to a selector's questions in one round, each paid for.
 
     Created by :class:`FederatedTrainer` for every round; see :class:`fedselect.ClientOracle`
-    for what each question costs.
+    for what each question costs and :class:`fedselect.ledger.RoundLedger` for the
+    bookkeeping (who holds w^t, which losses and updates the server already has, who
+    failed). The trainer then runs the round itself through :meth:`run_selection`, on
+    the same ledger, so a client whose update an oracle question already computed is
+    neither trained nor charged again.
+
+    Parameters
+    ----------
+    engine : Engine
+        The batched training and evaluation engine.
+    client_indices : sequence of ndarray
+        Each client's training sample indices.
+    ledger : RoundLedger
+        The round's bookkeeping (clients unavailable this round are already marked failed).
+    theta : Tensor, shape (D,)
+        w^t.
+    lr : float
+        The round's learning rate.
+    schedule : LocalSchedule
+        Local work per client.
+    train_seed : int
+        Seeds the minibatch streams ``(train_seed, round, k)``.
+    weight_decay, prox_mu : float
+        As in :class:`FederatedTrainer`.
+    aggregation_weights : callable
+        Maps a validated :class:`~fedselect.Selection` to the weights the round's rule
+        gives its clients (used by :meth:`trial`).
+    dropout_seed : callable
+        Maps a purpose (``"main"``, ``"trial"``) to the seed of the model's dropout masks.
     """
 
-    def __init__(self, trainer: FederatedTrainer, round: int, theta: torch.Tensor, lr: float) -> None:
-        self._tr = trainer
-        self.round = int(round)
-        self.n_clients = trainer._fed.n_clients
+    def __init__(
+        self,
+        engine: Engine,
+        client_indices: Any,
+        ledger: RoundLedger,
+        *,
+        theta: torch.Tensor,
+        lr: float,
+        schedule: LocalSchedule,
+        train_seed: int,
+        weight_decay: float = 0.0,
+        prox_mu: float = 0.0,
+        aggregation_weights: Callable[[Selection], np.ndarray],
+        dropout_seed: Callable[[str], int],
+    ) -> None:
+        self.ledger = ledger
+        self.round = ledger.round
+        self.n_clients = ledger.n_clients
+        self._engine = engine
+        self._client_indices = client_indices
         self._theta = theta
         self._lr = lr
-        self.costs = Costs()
-        self._holding: set[int] = set()  # clients that received w^t this round
-        self._loss_cache: dict[int, float] = {}
-        self._update_cache: dict[int, torch.Tensor] = {}
-        self._uploaded: set[int] = set()  # clients whose full update already went up this round
+        self._schedule = schedule
+        self._train_seed = int(train_seed)
+        self._weight_decay = weight_decay
+        self._prox_mu = prox_mu
+        self._aggregation_weights = aggregation_weights
+        self._dropout_seed = dropout_seed
+
+    @property
+    def costs(self) -> Costs:
+        """What the round has cost so far (the ledger's)."""
+        return self.ledger.costs
 
     # -- helpers --------------------------------------------------------------------
-    def _ids(self, ids: Any, what: str) -> np.ndarray:
-        arr = np.asarray(ids)
-        if arr.ndim == 0:
-            arr = arr.reshape(1)
-        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-            raise ValueError(f"oracle.{what}: ids must be a 1-D sequence of integer client ids, got {ids!r}")
-        arr = arr.astype(np.int64)
-        bad = arr[(arr < 0) | (arr >= self.n_clients)]
-        if bad.size:
-            raise ValueError(
-                f"oracle.{what}: client id(s) {bad[:5].tolist()} out of range for {self.n_clients} clients"
-            )
-        return arr
-
-    def _send_model(self, ids: np.ndarray) -> None:
-        new = [int(k) for k in ids if int(k) not in self._holding]
-        self.costs.models_down += len(new)
-        self._holding.update(new)
-
     def _train(self, ids: np.ndarray, *, purpose: str) -> torch.Tensor:
-        tr = self._tr
-        batches = tr._engine.client_batches(tr._fed.client_indices, tr._schedule, tr._train_seed, self.round, ids)
-        steps = sum(len(b) for b in batches)
-        self.costs.local_trainings += len(ids)
-        self.costs.local_steps += steps
-        self.costs.sample_gradients += int(sum(len(x) for b in batches for x in b))
-        return tr._engine.train(
+        """Train ``ids`` from w^t (all at once), charge it and keep the updates in the ledger."""
+        batches = self._engine.client_batches(self._client_indices, self._schedule, self._train_seed, self.round, ids)
+        deltas = self._engine.train(
             self._theta,
             batches,
             lr=self._lr,
-            weight_decay=tr.weight_decay,
-            prox_mu=tr.prox_mu,
-            dropout_seed=tr._dropout_seed(self.round, purpose),
+            weight_decay=self._weight_decay,
+            prox_mu=self._prox_mu,
+            dropout_seed=self._dropout_seed(purpose),
         )
+        self.ledger.record_training(
+            ids,
+            list(deltas),
+            steps=sum(len(b) for b in batches),
+            sample_gradients=int(sum(len(x) for b in batches for x in b)),
+        )
+        return deltas
 
-    def _eval(self, flat: torch.Tensor, ids: np.ndarray | None) -> np.ndarray:
-        eng = self._tr._engine
-        sizes = eng.eval_sizes if ids is None else eng.eval_sizes[ids]
-        self.costs.samples_evaluated += int(sizes.sum())
-        return eng.client_losses(flat, ids)
+    def _ask_losses(self, ids: np.ndarray) -> None:
+        """Evaluate l_k(w^t) for ``ids`` (distinct, alive) and record the answers."""
+        if not ids.size:
+            return
+        eng = self._engine
+        everyone = ids.size == self.n_clients
+        values = eng.client_losses(self._theta, None if everyone else ids)
+        self.ledger.record_losses(ids, values, samples_evaluated=int(eng.eval_sizes[ids].sum()))
+
+    def _updates_of(self, ids: np.ndarray) -> torch.Tensor:
+        if not ids.size:
+            return self._theta.new_zeros((0, self._theta.numel()))
+        return torch.stack([self.ledger.update(int(k)) for k in ids])
 
     # -- the oracle -----------------------------------------------------------------
     def losses(self, ids: Any) -> np.ndarray:
-        ids = self._ids(ids, "losses")
-        missing = np.array([k for k in dict.fromkeys(ids.tolist()) if k not in self._loss_cache], dtype=np.int64)
-        if missing.size:
-            self._send_model(missing)
-            everyone = missing.size == self.n_clients
-            values = self._eval(self._theta, None if everyone else missing)
-            self.costs.scalars_up += int(missing.size)
-            self._loss_cache.update(zip(missing.tolist(), values.tolist()))
-        return np.array([self._loss_cache[int(k)] for k in ids])
+        led = self.ledger
+        ids = led.ids(ids, "oracle.losses")
+        led.send_model(ids)
+        self._ask_losses(led.losses_to_ask(ids))
+        return led.loss(ids)
 
     def trial(self, ids: Any) -> np.ndarray:
-        ids = np.unique(self._ids(ids, "trial"))
+        led = self.ledger
+        ids = np.unique(led.ids(ids, "oracle.trial"))
         if ids.size == 0:
             raise ValueError("oracle.trial: needs at least one client id")
         base = self.losses(np.arange(self.n_clients))  # paid once per round
-        deltas = self._train(ids, purpose="trial")
-        self.costs.models_up += int(ids.size)
-        w = self._tr._rule_weights(Selection(ids).validated(self.n_clients, ids.size))
-        theta_trial = self._theta + (torch.from_numpy(w).float().unsqueeze(1) * deltas).sum(0)
-        # The trial model goes down to every client, which sends one scalar back.
-        self.costs.models_down += self.n_clients
-        self.costs.scalars_up += self.n_clients
-        after = self._eval(theta_trial, None)
-        return after - base
+        todo = led.to_train(ids)
+        if todo.size:
+            self._train(todo, purpose="trial")
+        alive = led.alive(ids)
+        if not alive.size:  # no trial client answered: nothing was learned
+            return np.full(self.n_clients, np.nan)
+        led.upload(alive)
+        w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
+        theta_trial = self._theta + (torch.from_numpy(w).float().unsqueeze(1) * self._updates_of(alive)).sum(0)
+        # The trial model goes down to every client; those who answer send one scalar back.
+        answering = np.array(sorted(set(range(self.n_clients)) - led.failed), dtype=np.int64)
+        eng = self._engine
+        after = eng.client_losses(theta_trial, None)
+        led.record_trial(answering.size, samples_evaluated=int(eng.eval_sizes[answering].sum()))
+        out = after - base
+        out[list(led.failed)] = np.nan
+        return out
 
     def local_updates(self, ids: Any, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        ids = self._ids(ids, "local_updates")
-        todo = np.array([k for k in dict.fromkeys(ids.tolist()) if k not in self._update_cache], dtype=np.int64)
+        led = self.ledger
+        ids = led.ids(ids, "oracle.local_updates")
+        led.send_model(ids)
+        todo = led.to_train(ids)
         if todo.size:
-            self._send_model(todo)
-            deltas = self._train(todo, purpose="main")
-            self._update_cache.update(zip(todo.tolist(), deltas))
-        rows = []
+            self._train(todo, purpose="main")
+        rows: list[np.ndarray | None] = []
         for k in ids.tolist():
-            u = self._update_cache[k].numpy().astype(np.float32, copy=True)
+            if led.is_failed(k):
+                rows.append(None)
+                continue
+            u = led.update(k).numpy().astype(np.float32, copy=True)
             if transform is None:
-                if k not in self._uploaded:  # the server keeps what it received
-                    self.costs.models_up += 1
-                    self._uploaded.add(k)
+                led.upload([k])  # the server keeps what it received
                 rows.append(u)
             else:
                 t = np.asarray(transform(u), dtype=np.float32).reshape(-1)
-                self.costs.floats_up += int(t.size)
+                led.record_floats_up(t.size)
                 rows.append(t)
         if not rows:
             return np.zeros((0, self._theta.numel()), dtype=np.float32)
-        if len({r.size for r in rows}) != 1:
+        sizes = {r.size for r in rows if r is not None}
+        if len(sizes) > 1:
             raise ValueError("oracle.local_updates: the transform returned vectors of different lengths")
-        return np.stack(rows)
+        if sizes:
+            width = sizes.pop()
+        elif transform is None:
+            width = self._theta.numel()
+        else:  # nobody answered: the width of a transformed update, from a zero update
+            width = np.asarray(transform(np.zeros(self._theta.numel(), dtype=np.float32))).size
+        return np.stack([np.full(width, np.nan, dtype=np.float32) if r is None else r for r in rows])
 
     def global_parameters(self) -> np.ndarray:
         return self._theta.numpy().astype(np.float32, copy=True)
+
+    # -- the round itself --------------------------------------------------------------
+    def run_selection(self, ids: np.ndarray) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+        """Run round t for the chosen (distinct) ``ids``: what the server receives.
+
+        Clients not yet holding w^t receive it; those not yet trained this round train;
+        each client that reports sends its loss on w^t (unless already known) and its
+        update (unless already uploaded). Failed clients do not report.
+
+        Returns
+        -------
+        reporters : ndarray of int
+            The chosen clients that reported, in the order of ``ids``.
+        updates : Tensor, shape (len(reporters), D)
+            Their updates w_k - w^t.
+        losses : ndarray of float
+            Their losses l_k(w^t) before local training.
+        """
+        led = self.ledger
+        led.send_model(ids)
+        todo = led.to_train(ids)
+        if todo.size:
+            self._train(todo, purpose="main")
+        reporters = led.alive(ids)
+        self._ask_losses(led.losses_to_ask(reporters))
+        led.upload(reporters)
+        return reporters, self._updates_of(reporters), led.loss(reporters)
 
 
 class FederatedTrainer(BaseEstimator):
@@ -258,6 +340,21 @@ class FederatedTrainer(BaseEstimator):
         torch intra-op threads during ``fit``.
     callback : callable, optional
         Called as ``callback(trainer, record)`` after every round.
+    dropout : float, default 0.0
+        Client failures: the probability that a client fails to answer in a round (it
+        is unavailable: a chosen client does not report, an oracle question to it is
+        charged as sent and answered NaN; see :class:`fedselect.ClientOracle`).
+    availability : None, array-like of float or callable, default None
+        Per-client probabilities of being available in a round (e.g. lower for small
+        clients or some labels), or ``f(federation) -> array`` computing them. Client k
+        answers in round t with probability ``availability[k] * (1 - dropout)``. The
+        failures are drawn from their own random stream keyed by (seed, round), so for
+        one ``random_state`` every selector faces the same failures, and the round
+        aggregates the clients that reported: weights a selection carries are applied
+        as given (unnormalised), the trainer's own rule is renormalised over the
+        reporters, and a round in which nobody reports leaves the model unchanged. The
+        :class:`~fedselect.RoundFeedback` holds only the reporters; ``history_`` records
+        who failed (``RoundRecord.failed``).
     divergence : float or None, default 10.0
         Divergence rule: with L_0 the test loss of the initial model, :meth:`fit` raises
         :class:`DivergenceError` at the first evaluated round whose test loss exceeds
@@ -326,6 +423,8 @@ class FederatedTrainer(BaseEstimator):
         progress: bool = False,
         n_threads: int | None = None,
         callback: Callable[..., Any] | None = None,
+        dropout: float = 0.0,
+        availability: Any = None,
         divergence: float | None = 10.0,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         checkpoint_every: int = 10,
@@ -351,6 +450,8 @@ class FederatedTrainer(BaseEstimator):
         self.progress = progress
         self.n_threads = n_threads
         self.callback = callback
+        self.dropout = dropout
+        self.availability = availability
         self.divergence = divergence
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = checkpoint_every
@@ -383,9 +484,34 @@ class FederatedTrainer(BaseEstimator):
         check_param(self, "target_accuracy", t, t is None or (is_real(t) and 0 < t <= 1), "None or a number in (0, 1]")
         check_param(self, "eval_every", self.eval_every, is_int(self.eval_every) and self.eval_every >= 1,
                     "an integer >= 1")
+        check_param(self, "dropout", self.dropout, is_real(self.dropout) and 0 <= self.dropout < 1,
+                    "a number in [0, 1): the probability that a client fails to answer in a round")
+        self._report_probabilities(fed)
         s = self.lr_schedule
         check_param(self, "lr_schedule", s, s is None or s == "fedcor" or callable(s) or isinstance(s, Mapping),
                     'None, "fedcor", a {round: factor} mapping or a callable')
+
+    def _report_probabilities(self, fed: Any) -> np.ndarray | None:
+        """Each client's probability of answering in a round, or None when every client always answers."""
+        avail = self.availability
+        if avail is None:
+            return None if self.dropout == 0 else np.full(fed.n_clients, 1.0 - float(self.dropout))
+        if callable(avail):
+            avail = avail(fed)
+        try:
+            arr = np.asarray(avail, dtype=np.float64)
+        except (TypeError, ValueError):
+            arr = None
+        ok = arr is not None and arr.shape == (fed.n_clients,) and bool(np.all((arr >= 0) & (arr <= 1)))
+        check_param(
+            self,
+            "availability",
+            self.availability if not callable(self.availability) else f"{self.availability!r} -> {avail!r}",
+            ok,
+            f"None, or {fed.n_clients} probabilities in [0, 1] (one per client), or a callable returning them",
+        )
+        assert arr is not None
+        return arr * (1.0 - float(self.dropout))
 
     def _make_selector(self) -> BaseSelector:
         sel = self.selector
@@ -403,16 +529,24 @@ class FederatedTrainer(BaseEstimator):
             sel.set_params(random_state=int(self._seeds[1]))
         return sel
 
-    def _rule_weights(self, selection: Selection) -> np.ndarray:
-        """Aggregation weights of a validated selection (its own, or the trainer's rule)."""
+    def _rule_weights(self, selection: Selection, reported: np.ndarray | None = None) -> np.ndarray:
+        """Aggregation weights of a validated selection, one per client (0 for those that did not report).
+
+        Weights the selection carries are applied as given (unnormalised, so unbiased
+        estimators stay unbiased over the clients that report); otherwise the trainer's
+        rule, normalised over the clients that reported.
+        """
+        k = len(selection)
+        ok = np.ones(k, dtype=bool) if reported is None else np.asarray(reported, dtype=bool)
         if selection.weights is not None:
-            return selection.weights
-        counts = selection.counts if selection.counts is not None else np.ones(len(selection))
+            return np.where(ok, selection.weights, 0.0)
+        counts = selection.counts if selection.counts is not None else np.ones(k)
         if self.aggregation == "mean":
-            w = counts
+            w = counts * ok
         else:
-            w = counts * self._fed.n_samples[selection.clients]
-        return w / w.sum()
+            w = counts * self._fed.n_samples[selection.clients] * ok
+        total = w.sum()
+        return w / total if total > 0 else w
 
     def _dropout_seed(self, round: int, purpose: str) -> int:
         tag = {"main": 0, "trial": 1}.get(purpose, 2)
@@ -446,8 +580,10 @@ class FederatedTrainer(BaseEstimator):
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1)[0])
         check_param(self, "random_state", self.random_state, seed is not None and is_int(seed), "None or an int")
-        self._seeds = np.random.SeedSequence(int(seed)).generate_state(3)
+        # [training streams, selector, model init, client failures]; adding a word keeps the first three.
+        self._seeds = np.random.SeedSequence(int(seed)).generate_state(4)
         self._fed = fed
+        self._report_prob = self._report_probabilities(fed)
         self._train_seed = int(self._seeds[0])
         if self.local_steps is not None:
             self._schedule = LocalSchedule(self.batch_size, steps=self.local_steps)
@@ -561,6 +697,9 @@ class FederatedTrainer(BaseEstimator):
         for ix in (*fed.client_indices, *fed.loss_indices):
             h.update(np.ascontiguousarray(ix, dtype=np.int64).tobytes())
             h.update(b"|")
+        report = getattr(self, "_report_prob", None)
+        report_sha = None if report is None else hashlib.sha256(
+            np.ascontiguousarray(report, dtype=np.float64).tobytes()).hexdigest()
         return flatten_config({
             "trainer": params,
             "selector": {"class": f"{type(selector).__module__}.{type(selector).__qualname__}",
@@ -569,6 +708,8 @@ class FederatedTrainer(BaseEstimator):
                            "data_sha256": h.hexdigest()},
             "model": {"n_params": int(theta0.numel()),
                       "initial_sha256": hashlib.sha256(theta0.numpy().tobytes()).hexdigest()},
+            # client failures are drawn per round from their own keyed stream: the probabilities fix them
+            "failures": {"report_probability_sha256": report_sha},
         })
 
     def _read_checkpoint(self, path: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
@@ -605,39 +746,55 @@ class FederatedTrainer(BaseEstimator):
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
 
+    def _unavailable(self, t: int) -> np.ndarray:
+        """The clients that will not answer in round ``t``: their own stream, the same for every selector."""
+        if self._report_prob is None:
+            return np.zeros(0, dtype=np.int64)
+        u = np.random.default_rng([int(self._seeds[3]), int(t)]).random(self._fed.n_clients)
+        return np.flatnonzero(u >= self._report_prob)
+
     def _round(self, t: int, theta: torch.Tensor, selector: BaseSelector) -> tuple[torch.Tensor, RoundRecord]:
         start = time.perf_counter()
         lr = lr_at(self.lr, self.lr_schedule, t)
         fed = self._fed
         n = self.clients_per_round
-        oracle = SimulationOracle(self, t, theta, lr)
+        ledger = RoundLedger(fed.n_clients, t, unavailable=self._unavailable(t))
+        oracle = SimulationOracle(
+            self._engine,
+            fed.client_indices,
+            ledger,
+            theta=theta,
+            lr=lr,
+            schedule=self._schedule,
+            train_seed=self._train_seed,
+            weight_decay=self.weight_decay,
+            prox_mu=self.prox_mu,
+            aggregation_weights=self._rule_weights,
+            dropout_seed=lambda purpose: self._dropout_seed(t, purpose),
+        )
         name = type(selector).__name__
         raw = selector.select(n, round=t, oracle=oracle)
         selection = raw.validated(fed.n_clients, n, variable_size=bool(selector.variable_size), source=name)
         ids = selection.clients
-        costs = oracle.costs
-        # Clients not yet holding w^t receive it, train (unless the oracle already trained them),
-        # report their loss on w^t (one scalar) and upload their model.
-        oracle._send_model(ids)
-        todo = np.array([k for k in ids.tolist() if k not in oracle._update_cache], dtype=np.int64)
-        if todo.size:
-            deltas = oracle._train(todo, purpose="main")
-            oracle._update_cache.update(zip(todo.tolist(), deltas))
-        before = np.array([oracle._loss_cache.get(int(k), np.nan) for k in ids])
-        unknown = np.isnan(before)
-        if unknown.any():
-            before[unknown] = oracle._eval(theta, ids[unknown])
-            costs.scalars_up += int(unknown.sum())
-        costs.models_up += sum(1 for k in ids.tolist() if k not in oracle._uploaded)
-        stacked = torch.stack([oracle._update_cache[int(k)] for k in ids])
-        weights = self._rule_weights(selection)
-        new_theta = theta + (torch.from_numpy(np.asarray(weights, dtype=np.float32)).unsqueeze(1) * stacked).sum(0)
+        reporters, stacked, before = oracle.run_selection(ids)
+        reported = np.isin(ids, reporters)
+        weights = self._rule_weights(selection, reported)
+        new_theta = theta
+        if reporters.size:
+            w = torch.from_numpy(np.asarray(weights[reported], dtype=np.float32))
+            new_theta = theta + (w.unsqueeze(1) * stacked).sum(0)
         if not bool(torch.isfinite(new_theta).all()):
             raise FloatingPointError(
                 f"FederatedTrainer: the global model became NaN/inf in round {t} (selector {name}, lr={lr}); "
                 "lower the learning rate or check the selection weights"
             )
-        record = RoundRecord(round=t, clients=ids.tolist(), weights=[float(w) for w in weights], lr=lr)
+        record = RoundRecord(
+            round=t,
+            clients=ids.tolist(),
+            weights=[float(w) for w in weights],
+            lr=lr,
+            failed=ids[~reported].tolist(),
+        )
         last = t == self.rounds - 1
         if (t + 1) % self.eval_every == 0 or last:
             test_loss, test_acc = self._engine.test(new_theta)
@@ -652,16 +809,16 @@ class FederatedTrainer(BaseEstimator):
         needs = selector.needs
         feedback = RoundFeedback(
             round=t,
-            clients=ids,
-            weights=np.asarray(weights, dtype=np.float64),
+            clients=reporters,
+            weights=np.asarray(weights[reported], dtype=np.float64),
             losses=before,
-            n_samples=fed.n_samples[ids],
+            n_samples=fed.n_samples[reporters],
             updates=stacked.numpy() if "updates" in needs else None,
             global_before=theta.numpy() if "global" in needs else None,
             global_after=new_theta.numpy() if "global" in needs else None,
         )
         selector.update(feedback)
-        record.costs = costs
+        record.costs = ledger.costs
         record.seconds = time.perf_counter() - start
         return new_theta, record
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
@@ -243,14 +244,15 @@ def test_small_federation_clamps_rank_with_warning():
 
 
 class BrokenOracle(GroupOracle):
-    def __init__(self, *, nan_round=None, short=False, trial_short=False):
+    def __init__(self, *, bad_round=None, bad_value=np.inf, short=False, trial_short=False):
         super().__init__()
-        self.nan_round, self.short, self.trial_short = nan_round, short, trial_short
+        self.bad_round, self.bad_value = bad_round, bad_value
+        self.short, self.trial_short = short, trial_short
 
     def losses(self, ids):
         out = super().losses(ids)
-        if self.round == self.nan_round:
-            out[3] = np.nan
+        if self.round == self.bad_round:
+            out[3] = self.bad_value
         return out[:-1] if self.short else out
 
     def trial(self, ids):
@@ -258,10 +260,42 @@ class BrokenOracle(GroupOracle):
         return out[:-2] if self.trial_short else out
 
 
-def test_nan_loss_change_names_the_round():
-    oracle = BrokenOracle(nan_round=2)
-    with pytest.raises(ValueError, match=r"loss-change vector of round 1 .*non-finite.*client\(s\) \[3\]"):
+def test_infinite_loss_change_names_the_round():
+    oracle = BrokenOracle(bad_round=2)
+    with pytest.raises(ValueError, match=r"loss-change vector of round 1 .*infinite.*client\(s\) \[3\]"):
         run(FedCorSelector(warmup_rounds=4, **FAST), oracle, 3, 4)
+
+
+def test_missing_answer_is_left_out_of_the_vector():
+    """A client that did not answer (NaN) is missing from its loss-change vectors, and the run goes on."""
+    oracle = BrokenOracle(bad_round=2, bad_value=np.nan)
+    sel = FedCorSelector(warmup_rounds=4, **FAST)
+    run(sel, oracle, 3, 6)
+    by_round = {r.round: r.values for r in sel.history_}
+    assert np.isnan(by_round[1][3]) and np.isnan(by_round[2][3])  # l(w^2) - l(w^1) and l(w^3) - l(w^2)
+    assert np.isfinite(np.delete(by_round[1], 3)).all() and np.isfinite(by_round[3]).all()
+    assert np.isfinite(sel.embeddings_).all()
+
+
+def test_gp_likelihood_of_a_partial_vector_is_the_observed_marginal():
+    """log N(v_o | mu_o, X_o^T X_o + s^2 I): exactly the Gaussian's marginal over the clients that answered."""
+    from scipy.stats import multivariate_normal
+
+    from fedselect.selectors import _gp
+
+    gp = _gp.LossChangeGP(7, 3, 0.1, generator=torch.Generator().manual_seed(0))
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(3, 7))
+    values[1, [2, 5]] = np.nan
+    values[2, 0] = np.nan
+    gp.set_mean(values, np.ones(3))
+    got = gp.log_probs(torch.from_numpy(values)).detach().numpy()
+    cov, mean = gp.dense_covariance(), gp.mean.numpy()
+    assert np.isnan(values[:, 2]).sum() == 1 and mean[2] == pytest.approx(np.nanmean(values[:, 2]))
+    for m in range(3):
+        obs = ~np.isnan(values[m])
+        want = multivariate_normal(mean[obs], cov[np.ix_(obs, obs)]).logpdf(values[m, obs])
+        assert got[m] == pytest.approx(want, rel=1e-9)
 
 
 def test_short_oracle_answers_name_expected_and_got():

@@ -247,10 +247,28 @@ def test_too_many_clusters_named_in_fit():
         HCSFedSelector(n_clusters=9).fit(ClientPool([10] * 8))
 
 
-def test_nan_updates_name_the_round():
+def test_infinite_updates_name_the_round():
     updates = np.ones((6, 4), dtype=np.float32)
-    updates[2, 1] = np.nan
+    updates[2, 1] = np.inf
     oracle = FixedUpdatesOracle(updates, np.arange(4.0), np.ones(6))
     sel = HCSFedSelector(n_clusters=2, compression_rate=1.0, random_state=0).fit(ClientPool([10] * 6))
-    with pytest.raises(ValueError, match=r"round 3.*client\(s\) \[2\]"):
+    with pytest.raises(ValueError, match=r"round 3.*client\(s\) \[2\].*infinite"):
         sel.select(2, round=3, oracle=oracle)
+
+
+def test_clients_that_did_not_answer_are_left_out():
+    """NaN rows (no answer) are never chosen; Algorithm 1 runs on the others with p_k renormalised over them."""
+    rng = np.random.default_rng(0)
+    updates = rng.normal(size=(8, 4)).astype(np.float32)
+    updates[[1, 6]] = np.nan
+    sizes = np.arange(10, 90, 10)
+    oracle = FixedUpdatesOracle(updates, np.zeros(4), np.ones(8))
+    sel = HCSFedSelector(n_clusters=2, compression_rate=1.0, random_state=0).fit(ClientPool(sizes))
+    answered = np.array([0, 2, 3, 4, 5, 7])
+    p = sizes[answered] / sizes[answered].sum()
+    for t in range(30):
+        chosen = sel.select(3, round=t, oracle=oracle)
+        assert not set(chosen.clients.tolist()) & {1, 6}
+        pi = sel.inclusion_
+        assert pi[[1, 6]].tolist() == [0.0, 0.0] and sel.labels_[[1, 6]].tolist() == [-1, -1]
+        np.testing.assert_allclose(chosen.weights, p[np.searchsorted(answered, chosen.clients)] / pi[chosen.clients])

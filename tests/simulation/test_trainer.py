@@ -150,7 +150,9 @@ def test_oracle_trial_is_paid_and_not_applied(digits_fed):
     np.testing.assert_allclose(tr.parameters_, base.parameters_, rtol=1e-6, atol=1e-7)
     n = digits_fed.n_clients
     c = tr.history_.rounds[0].costs
-    assert c.local_trainings == 3 + 3
+    # the trial trained 3 clients from w^t; the same 3 are then chosen and reuse those updates (one ledger:
+    # a client trains from w^t at most once per round), so nothing is trained or uploaded twice
+    assert c.local_trainings == 3 and c.models_up == 3
     assert c.scalars_up == n + n  # baseline losses of everyone, then trial losses of everyone
     assert c.models_down == n + n
     dl = tr.selector_.answers_[0]

@@ -1,0 +1,268 @@
+"""One cost ledger: what a round's oracle knows and what every answer cost.
+
+Every runtime that answers a selector's questions (the simulator's
+:class:`~fedselect.simulation.trainer.SimulationOracle`, :class:`fedselect.testing.SyntheticOracle`
+and the Flower strategy's oracle) keeps its bookkeeping in one :class:`RoundLedger` per round,
+so the three count the same questions the same way and cannot drift apart:
+
+* a client receives the round's global model ``w^t`` at most once per round (one model down);
+* a client's loss ``l_k(w^t)`` reaches the server at most once per round (one scalar up),
+  and is reused by later questions and by the round itself;
+* a client trains from ``w^t`` at most once per round: a client whose update was computed
+  for an oracle question and that is then chosen is not trained (nor charged) again;
+* a full update reaches the server at most once per round (one model up);
+* a client that did not answer (unavailable in simulation, a timeout or an error reply in
+  deployment) is charged for what was sent to it, answers NaN, is not contacted again in
+  that round and does not report (see :class:`fedselect.ClientOracle`).
+
+The ledger holds no model arithmetic and imports no torch; the runtime computes, the ledger
+charges and remembers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from .selection import check_client_ids
+
+__all__ = ["Costs", "RoundLedger"]
+
+
+@dataclass
+class Costs:
+    """Communication and computation, counted per round and summed over a run.
+
+    Attributes
+    ----------
+    models_down : int
+        Global models sent to clients (one per client per round at most for the
+        round's own model; trial rounds send their trial model again).
+    models_up : int
+        Full local models (or full-size updates) sent to the server.
+    scalars_up : int
+        Single numbers sent up (losses).
+    floats_up : int
+        Floats of compressed updates sent up (e.g. HCSFed's compressed gradients).
+    local_trainings : int
+        Client local-training runs (the round's own, trials' and probes').
+    local_steps : int
+        Local SGD steps summed over clients.
+    sample_gradients : int
+        Per-sample gradients computed (samples in all local SGD minibatches).
+    samples_evaluated : int
+        Forward passes for losses (clients' losses and the test set).
+    """
+
+    models_down: int = 0
+    models_up: int = 0
+    scalars_up: int = 0
+    floats_up: int = 0
+    local_trainings: int = 0
+    local_steps: int = 0
+    sample_gradients: int = 0
+    samples_evaluated: int = 0
+
+    def __add__(self, other: Costs) -> Costs:
+        return Costs(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def __iadd__(self, other: Costs) -> Costs:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def to_dict(self) -> dict[str, int]:
+        return {k: int(v) for k, v in asdict(self).items()}
+
+    def floats_communicated(self, model_size: int) -> int:
+        """Total floats on the wire: models both ways at ``model_size`` floats, plus scalars and compressed floats."""
+        return (self.models_down + self.models_up) * model_size + self.scalars_up + self.floats_up
+
+
+class RoundLedger:
+    """What one round's oracle knows and has charged.
+
+    A runtime creates one ledger per round, asks it which clients still need a message
+    (:meth:`send_model`, :meth:`losses_to_ask`, :meth:`to_train`), does the work, and
+    records what came back (:meth:`record_losses`, :meth:`record_training`,
+    :meth:`upload`, :meth:`record_floats_up`, :meth:`record_trial`). The ledger charges
+    :attr:`costs` as it records.
+
+    Parameters
+    ----------
+    n_clients : int
+        N, the number of clients in the federation.
+    round : int
+        t, the round whose questions are recorded.
+    unavailable : iterable of int, optional
+        Clients known before the round starts not to answer in it (the simulator's
+        dropout draw). They count as failed from the start: messages to them are still
+        charged (the server does not know they will not answer), they answer NaN.
+
+    Attributes
+    ----------
+    costs : Costs
+        Everything charged so far this round.
+    """
+
+    def __init__(self, n_clients: int, round: int, *, unavailable: Iterable[int] = ()) -> None:
+        if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
+            raise ValueError(f"RoundLedger: n_clients={n_clients!r} must be an integer >= 1")
+        self.n_clients = int(n_clients)
+        self.round = int(round)
+        self.costs = Costs()
+        self._holding: set[int] = set()
+        self._losses: dict[int, float] = {}
+        self._updates: dict[int, Any] = {}
+        self._uploaded: set[int] = set()
+        self._failed: set[int] = set(self.ids(np.fromiter(unavailable, dtype=np.int64), "unavailable").tolist())
+
+    # -- ids and failures ------------------------------------------------------------
+    def ids(self, ids: Any, what: str) -> np.ndarray:
+        """``ids`` validated by :func:`fedselect.selection.check_client_ids` (errors name ``what``)."""
+        return check_client_ids(ids, self.n_clients, what=what)
+
+    @property
+    def failed(self) -> frozenset[int]:
+        """Clients that did not answer this round (unavailable, timed out, or replied with an error)."""
+        return frozenset(self._failed)
+
+    def is_failed(self, k: int) -> bool:
+        return int(k) in self._failed
+
+    def mark_failed(self, ids: Any) -> None:
+        """Record that these clients did not answer; they are not contacted again this round."""
+        self._failed.update(self.ids(ids, "mark_failed").tolist())
+
+    def alive(self, ids: Any) -> np.ndarray:
+        """The entries of ``ids`` (order kept) that have not failed."""
+        arr = self.ids(ids, "alive")
+        return arr[[int(k) not in self._failed for k in arr]] if arr.size else arr
+
+    # -- the global model -------------------------------------------------------------
+    def holds_model(self, k: int) -> bool:
+        return int(k) in self._holding
+
+    def send_model(self, ids: Any) -> np.ndarray:
+        """Charge one model down per client not yet holding ``w^t``; return those (distinct, in order).
+
+        Failed clients that were never sent the model are charged too when a runtime
+        sends them a message (the server cannot know they will not answer).
+        """
+        arr = self.ids(ids, "send_model")
+        new = [k for k in dict.fromkeys(arr.tolist()) if k not in self._holding]
+        self.costs.models_down += len(new)
+        self._holding.update(new)
+        return np.asarray(new, dtype=np.int64)
+
+    # -- losses on w^t -------------------------------------------------------------------
+    def losses_to_ask(self, ids: Any) -> np.ndarray:
+        """Distinct ids (in order) whose ``l_k(w^t)`` is not known and that have not failed."""
+        arr = self.ids(ids, "losses")
+        return np.asarray(
+            [k for k in dict.fromkeys(arr.tolist()) if k not in self._losses and k not in self._failed],
+            dtype=np.int64,
+        )
+
+    def record_losses(self, ids: Any, values: Any, *, samples_evaluated: int = 0) -> None:
+        """Store the losses that came back: one scalar up per finite value.
+
+        A NaN value means the client did not answer: it is marked failed.
+        ``samples_evaluated`` is the number of forward passes the clients made.
+        """
+        arr = self.ids(ids, "record_losses")
+        vals = np.asarray(values, dtype=np.float64).reshape(-1)
+        if vals.shape[0] != arr.shape[0]:
+            raise ValueError(f"RoundLedger.record_losses: {vals.shape[0]} values for {arr.shape[0]} clients")
+        for k, v in zip(arr.tolist(), vals.tolist()):
+            if not np.isfinite(v):
+                self._failed.add(k)
+            elif k not in self._losses:
+                self._losses[k] = float(v)
+                self.costs.scalars_up += 1
+        self.costs.samples_evaluated += int(samples_evaluated)
+
+    def loss(self, ids: Any) -> np.ndarray:
+        """Known losses of ``ids`` (NaN where unknown or failed)."""
+        arr = self.ids(ids, "losses")
+        return np.array([np.nan if k in self._failed else self._losses.get(k, np.nan) for k in arr.tolist()])
+
+    def has_loss(self, k: int) -> bool:
+        return int(k) in self._losses and int(k) not in self._failed
+
+    # -- local training from w^t -------------------------------------------------------------
+    def to_train(self, ids: Any) -> np.ndarray:
+        """Distinct ids (in order) not yet trained from ``w^t`` this round and not failed."""
+        arr = self.ids(ids, "train")
+        return np.asarray(
+            [k for k in dict.fromkeys(arr.tolist()) if k not in self._updates and k not in self._failed],
+            dtype=np.int64,
+        )
+
+    def record_training(
+        self,
+        ids: Any,
+        updates: Sequence[Any] | None = None,
+        *,
+        steps: int = 0,
+        sample_gradients: int = 0,
+    ) -> None:
+        """Charge one local training per id (plus its SGD steps and per-sample gradients); keep the updates.
+
+        ``updates`` holds one object per id (whatever the runtime computes with: a
+        tensor, an array); None keeps a placeholder (the runtime holds the update
+        elsewhere, e.g. on the client). Each id is charged only once per round.
+        """
+        arr = self.ids(ids, "record_training")
+        if updates is not None and len(updates) != arr.shape[0]:
+            raise ValueError(f"RoundLedger.record_training: {len(updates)} updates for {arr.shape[0]} clients")
+        new = 0
+        for i, k in enumerate(arr.tolist()):
+            if k not in self._updates:
+                new += 1
+            self._updates[k] = None if updates is None else updates[i]
+        self.costs.local_trainings += new
+        self.costs.local_steps += int(steps)
+        self.costs.sample_gradients += int(sample_gradients)
+
+    def trained(self, k: int) -> bool:
+        return int(k) in self._updates
+
+    def update(self, k: int) -> Any:
+        """The update client ``k`` computed from ``w^t`` this round (KeyError if it did not train)."""
+        return self._updates[int(k)]
+
+    # -- uploads ------------------------------------------------------------------------------
+    def upload(self, ids: Any) -> int:
+        """Charge one model up per client whose full update has not reached the server this round."""
+        arr = self.ids(ids, "upload")
+        new = [k for k in dict.fromkeys(arr.tolist()) if k not in self._uploaded]
+        self.costs.models_up += len(new)
+        self._uploaded.update(new)
+        return len(new)
+
+    def uploaded(self, k: int) -> bool:
+        return int(k) in self._uploaded
+
+    def record_floats_up(self, n: int) -> None:
+        """Charge ``n`` floats of compressed (transformed) updates sent up."""
+        self.costs.floats_up += int(n)
+
+    def record_evaluation(self, samples: int) -> None:
+        """Charge forward passes that are not a client's loss on ``w^t`` (e.g. the test set)."""
+        self.costs.samples_evaluated += int(samples)
+
+    def record_trial(self, n_answered: int, *, samples_evaluated: int = 0) -> None:
+        """Charge a trial model sent to all N clients, of whom ``n_answered`` sent a loss back."""
+        self.costs.models_down += self.n_clients
+        self.costs.scalars_up += int(n_answered)
+        self.costs.samples_evaluated += int(samples_evaluated)
+
+    def __repr__(self) -> str:
+        return (
+            f"RoundLedger(round={self.round}, holding={len(self._holding)}, losses={len(self._losses)}, "
+            f"trained={len(self._updates)}, uploaded={len(self._uploaded)}, failed={len(self._failed)})"
+        )

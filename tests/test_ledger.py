@@ -1,0 +1,132 @@
+"""The one cost ledger: what a round's oracle knows and charges, shared by every runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedselect import FederatedTrainer, make_federation
+from fedselect.ledger import Costs, RoundLedger
+from fedselect.selection import BaseSelector, ClientPool, Selection
+from fedselect.testing import SyntheticOracle
+
+
+def test_model_down_once_per_client_per_round():
+    led = RoundLedger(5, 0)
+    assert led.send_model([0, 1, 1]).tolist() == [0, 1]
+    assert led.send_model([1, 2]).tolist() == [2]
+    assert led.costs.models_down == 3
+
+
+def test_losses_known_once_and_reused():
+    led = RoundLedger(5, 0)
+    assert led.losses_to_ask([3, 1, 3]).tolist() == [3, 1]
+    led.record_losses([3, 1], [0.5, 0.25], samples_evaluated=40)
+    assert led.losses_to_ask([1, 2, 3]).tolist() == [2]
+    led.record_losses([3], [9.0])  # a second answer is neither charged nor kept
+    np.testing.assert_array_equal(led.loss([1, 3, 4]), [0.25, 0.5, np.nan])
+    assert (led.costs.scalars_up, led.costs.samples_evaluated) == (2, 40)
+
+
+def test_nan_answer_marks_the_client_failed_for_the_round():
+    led = RoundLedger(4, 2, unavailable=[0])
+    assert led.failed == {0}
+    led.send_model([0, 1])
+    assert led.costs.models_down == 2  # sent: the server cannot know 0 will not answer
+    led.record_losses([1, 2], [np.nan, 1.0])
+    assert led.failed == {0, 1} and led.costs.scalars_up == 1
+    assert led.losses_to_ask([0, 1, 2, 3]).tolist() == [3]
+    assert led.to_train([0, 1, 2, 3]).tolist() == [2, 3]
+    assert led.alive([3, 0, 2, 1]).tolist() == [3, 2]
+    assert np.isnan(led.loss([0, 1])).all()
+
+
+def test_training_and_upload_charged_once():
+    led = RoundLedger(6, 0)
+    led.record_training([1, 2], ["u1", "u2"], steps=10, sample_gradients=320)
+    assert led.to_train([1, 2, 3]).tolist() == [3]
+    led.record_training([2], ["again"])  # not charged twice
+    assert led.update(2) == "again" and led.trained(1) and not led.trained(3)
+    assert led.upload([1, 2]) == 2 and led.upload([2, 3]) == 1
+    led.record_floats_up(7)
+    led.record_trial(5, samples_evaluated=100)
+    c = led.costs
+    assert (c.local_trainings, c.local_steps, c.sample_gradients, c.models_up, c.floats_up) == (2, 10, 320, 3, 7)
+    assert (c.models_down, c.scalars_up, c.samples_evaluated) == (6, 5, 100)
+
+
+def test_costs_add_and_communicate():
+    a = Costs(models_down=2, scalars_up=3)
+    a += Costs(models_up=1, floats_up=4)
+    assert a == Costs(models_down=2, models_up=1, scalars_up=3, floats_up=4)
+    assert a.floats_communicated(10) == 30 + 3 + 4
+
+
+# -- the simulator and the synthetic oracle charge alike -----------------------------------------
+UNITS = ("models_down", "models_up", "scalars_up", "floats_up", "local_trainings")
+N = 12
+
+
+class Script(BaseSelector):
+    """Asks the same questions every runtime must charge alike, then chooses a fixed set."""
+
+    def __init__(self, *, random_state=None):
+        self.random_state = random_state
+
+    def _fit(self, pool: ClientPool) -> None:
+        self.answers_ = []
+
+    def _select(self, n, *, round, oracle):
+        a = [oracle.losses([0, 1, 2, 3])]
+        a.append(oracle.local_updates([3, 4, 5], transform=lambda u: np.array([np.linalg.norm(u)], np.float32)))
+        a.append(oracle.local_updates([5, 6]))
+        a.append(oracle.losses([1, 6, 7]))
+        if round % 2 == 1:
+            a.append(oracle.trial([0, 8, 9]))
+        self.answers_.append(a)
+        return Selection([0, 2, 5, 6, 10])
+
+
+def _sim_costs(unavailable):
+    fed = make_federation("digits", partition="shards", n_clients=N, random_state=0)
+    avail = np.ones(N)
+    avail[list(unavailable)] = 0.0
+    tr = FederatedTrainer(selector=Script(), model="logistic", clients_per_round=5, rounds=4, local_steps=2,
+                          random_state=0, availability=avail).fit(fed)
+    return [r.costs for r in tr.history_.rounds], tr
+
+
+def _synthetic_costs(unavailable):
+    oracle = SyntheticOracle(N, random_state=0)
+    sel = Script().fit(ClientPool(oracle.n_samples))
+    out = []
+    for t in range(4):
+        oracle.ledger.mark_failed(list(unavailable))
+        before = Costs(**oracle.costs.to_dict())
+        chosen = sel.select(5, round=t, oracle=oracle).validated(N, 5)
+        oracle.run_round(chosen)
+        out.append(Costs(**{k: v - getattr(before, k) for k, v in oracle.costs.to_dict().items()}))
+    return out
+
+
+@pytest.mark.parametrize("unavailable", [(), (2, 5, 9)])
+def test_simulator_and_synthetic_oracle_charge_alike(unavailable):
+    sim, tr = _sim_costs(unavailable)
+    syn = _synthetic_costs(unavailable)
+    for t, (a, b) in enumerate(zip(sim, syn)):
+        assert {k: getattr(a, k) for k in UNITS} == {k: getattr(b, k) for k in UNITS}, f"round {t}"
+    c = sim[1]
+    # round 1, charged by hand: losses(0-3): 4 down, 4 up. Norms of 3,4,5: 2 down, 3 trainings, 3 floats.
+    # Updates of 5,6: 1 down, 1 training (5 reused), 2 up. Losses of 1,6,7: 1 down, 2 up (1 known). Trial of
+    # 0,8,9: everyone's baseline (4 down, 6 up), 3 trainings, 3 models up, the trial model N down and N up.
+    # The round (0,2,5,6,10): 2 trainings (0,5,6 reused), 2 models up (0,5,6 already uploaded).
+    if not unavailable:
+        assert (c.models_down, c.scalars_up, c.local_trainings, c.models_up, c.floats_up) == (
+            8 + 4 + N, 12 + N, 3 + 1 + 3 + 2, 2 + 3 + 2, 3)
+    else:
+        rec = tr.history_.rounds[1]
+        assert rec.failed == [2, 5]
+        assert [w == 0 for w in rec.weights] == [k in (2, 5) for k in rec.clients]
+        answers = tr.selector_.answers_[1]
+        assert np.isnan(answers[0][2]) and np.isnan(answers[1][2]).all() and np.isnan(answers[2][0]).all()
+        assert np.isnan(answers[4][[2, 5, 9]]).all() and np.isfinite(np.delete(answers[4], [2, 5, 9])).all()
