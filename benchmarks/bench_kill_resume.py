@@ -100,7 +100,8 @@ def main() -> None:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 kills += 1
-            p.wait()
+            if p.wait() not in (0, -signal.SIGKILL):
+                raise SystemExit(f"the child run failed with status {p.returncode}; run it by hand to see why")
         if not out.exists():
             child(name, str(ckpt), log, out, args.every, args.rounds).wait()
         from fedselect.simulation import History
