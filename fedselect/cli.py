@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,28 @@ def _value(text: str) -> Any:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _divergence(text: str) -> float | str:
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 1 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 1 or 'none', got {text!r}")
+    return value
 
 
 def parse_selector_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
@@ -73,6 +96,9 @@ def _trainer_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dropout", type=float,
                    help="client failures: probability that a client does not answer in a round (default 0); "
                    "the same failures for every scheme of one seed")
+    g.add_argument("--divergence", type=_divergence, metavar="FACTOR",
+                   help="stop a run as diverged once its test loss exceeds FACTOR x the initial model's "
+                   "(default 10; 'none' to disable)")
     g.add_argument("--threads", type=int, default=1,
                    help="torch threads per run (default 1: the small models here run fastest single-threaded, "
                    "and a 2-core machine shared with other work slows down badly with more)")
@@ -97,6 +123,9 @@ def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], train
         v = getattr(args, attr, None)
         if v is not None:
             trainer[key] = v
+    divergence = getattr(args, "divergence", None)
+    if divergence is not None:
+        trainer["divergence"] = None if divergence == "none" else divergence
     if getattr(args, "local_steps", None) is not None:
         trainer["local_steps"] = args.local_steps
         trainer.pop("local_epochs", None)
@@ -157,10 +186,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_plan({label: (name, params)}, trainer=trainer, seeds=[args.seed])
     if args.out:
         _check_writable_file(Path(args.out))
+    out = Path(args.out) if args.out else None
+    ckpt = None
+    if out is not None and args.checkpoint_every:
+        ckpt = out.with_name(out.name + ".checkpoint")
+        trainer.update(checkpoint_dir=ckpt, checkpoint_every=args.checkpoint_every)
     fed = make_federation(random_state=args.seed, **federation)
     print(fed.summary(), file=sys.stderr)
     tr = FederatedTrainer(selector=get_selector(name, **params), random_state=args.seed,
                           progress=not args.no_progress, **trainer)
+    if ckpt is not None and (ckpt / "checkpoint.pkl").exists():
+        print(f"resuming from the checkpoint in {ckpt}/", file=sys.stderr)
     tr.fit(fed)
     h = tr.history_
     target = trainer.get("target_accuracy") or preset.target
@@ -168,13 +204,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"{label}: {len(h)} rounds, final accuracy {h.final_accuracy():.4f}, best {h.best_accuracy():.4f}, "
           f"rounds to {target:.0%}: {h.rounds_to_accuracy(target) or 'not reached'}")
     print("costs: " + ", ".join(f"{k}={v}" for k, v in c.to_dict().items()))
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
         if out.suffix == ".csv":
             h.to_csv(out)
         else:
             h.to_json(out)
         print(f"history written to {out}", file=sys.stderr)
+        if ckpt is not None:
+            shutil.rmtree(ckpt, ignore_errors=True)
     return 0
 
 
@@ -208,7 +245,8 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
     comp = run_comparison(
         selectors, federation=federation, trainer=trainer, seeds=seeds, target=target, out_dir=out,
         overwrite=args.overwrite, progress=not args.no_progress, paper=preset.paper if not args.selectors else None,
-        title=preset.description.split(":")[0] if preset_name else "",
+        title=preset.description.split(":")[0] if preset_name else "", retry_failed=args.retry_failed,
+        checkpoint_every=args.checkpoint_every,
     )
     files = comp.write(out)
     files += comp.plot(out)
@@ -222,6 +260,11 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         files.append(out / "paired.md")
         print(f"\npaired by seed against {args.paired}:\n{paired}")
     print("\nwritten: " + ", ".join(str(f) for f in files), file=sys.stderr)
+    n_failed = sum(len(v) for v in comp.failed.values())
+    if n_failed:
+        print(f"{n_failed} run(s) failed (see the table's last column and {out}/runs/); they stay failed on a rerun "
+              "unless --retry-failed", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -252,7 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--selector", default="random", help="name or name:param=value,... (default random)")
     p.add_argument("--preset", default="digits-quick", help="starting settings (see `fedselect list`)")
     p.add_argument("--seed", type=int, default=0, help="seeds the federation, training and selection")
-    p.add_argument("--out", help="write the history to this .json or .csv file")
+    p.add_argument("--out", help="write the history to this .json or .csv file (and checkpoint the run beside it "
+                   "in OUT.checkpoint/ until then: the same command resumes a killed run)")
+    p.add_argument("--checkpoint-every", type=_non_negative, default=10, metavar="K",
+                   help="with --out, checkpoint every K rounds (default 10; 0 = never)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _federation_args(p)
     _trainer_args(p)
@@ -266,7 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
             cmd, help=helptext,
             description=helptext[0].upper() + helptext[1:] + ". Each (scheme, seed) run is saved the moment it "
             "finishes under OUT/runs/ with the command and commit that produced it; rerunning the same command "
-            "skips finished runs. Writes OUT/table.md, summary.json, results.csv, accuracy.png, "
+            "skips finished runs and resumes the one in progress from its checkpoint. A run that diverges or raises "
+            "is saved as failed and the comparison goes on (exit status 1 at the end). Writes OUT/table.md, "
+            "summary.json, results.csv, accuracy.png, "
             "selection_frequency.png and communication.png.",
         )
         if cmd == "reproduce":
@@ -278,6 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's)")
         p.add_argument("--out", help="output directory (default fedselect-results/<preset>)")
         p.add_argument("--overwrite", action="store_true", help="re-run saved runs whose settings differ")
+        p.add_argument("--retry-failed", action="store_true",
+                       help="run again the runs saved as failed (by default a failed run stays failed)")
+        p.add_argument("--checkpoint-every", type=_non_negative, default=10, metavar="K",
+                       help="checkpoint each run every K rounds under OUT/checkpoints/, so a killed comparison "
+                       "resumes the run in progress (default 10; 0 = never)")
         p.add_argument("--paired", metavar="LABEL",
                        help="also compare every scheme with LABEL seed by seed (Wilcoxon test), into OUT/paired.md")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -321,7 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("\ninterrupted: finished runs are saved; rerun the same command to resume", file=sys.stderr)
+        print("\ninterrupted: finished runs and checkpoints are saved; rerun the same command to resume",
+              file=sys.stderr)
         return 130
     except USER_ERRORS as exc:
         if args.debug or os.environ.get("FEDSELECT_DEBUG"):

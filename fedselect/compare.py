@@ -5,6 +5,17 @@ finishes, together with the command and the commit that produced it and a key of
 settings. A rerun loads finished cells whose key matches and runs only the missing ones, so
 a long comparison survives interruption. A cell whose settings changed is an error (use a
 new output directory or ``overwrite=True``), never a silent mix.
+
+Inside a run, the trainer checkpoints to ``<out>/checkpoints/<label>__seed<k>/`` every
+``checkpoint_every`` rounds, so a killed comparison also resumes the run it was in the middle
+of; the checkpoint is deleted once the run's result file is written.
+
+A run that raises (a :class:`~fedselect.simulation.DivergenceError` or any other exception)
+is written as a result file with ``"status": "failed"``, the error and the round it failed
+in, and the comparison goes on; the table shows it as failed, and a rerun keeps that result
+unless ``retry_failed=True``. A result or checkpoint file that cannot be read is moved aside
+as ``<name>.corrupt-<timestamp>`` with a :class:`~fedselect.simulation.CorruptFileWarning`
+naming it, and its run is redone.
 """
 
 from __future__ import annotations
@@ -15,9 +26,12 @@ import numbers
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
+import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from .simulation.checkpoint import CheckpointMismatchError, CorruptFileWarning, atomic_write_bytes, move_aside
 from .simulation.history import History
 
 __all__ = ["Comparison", "check_plan", "holm", "load_comparison", "run_comparison"]
@@ -175,6 +190,12 @@ class Comparison:
     out_dir : Path or None
     paper : dict
         Label -> the paper's figure, shown beside ours when given.
+    title : str
+    failed : dict
+        Label -> {seed: failure}, the runs that raised (a diverged run raises
+        :class:`~fedselect.simulation.DivergenceError`). Each failure is a dict with ``type``,
+        ``message``, ``round`` (the round it failed in) and ``rounds_completed``. Failed runs are
+        not in ``histories``; they count as not reaching the target.
     """
 
     histories: dict[str, dict[int, History]]
@@ -183,22 +204,35 @@ class Comparison:
     out_dir: Path | None = None
     paper: dict[str, str] = field(default_factory=dict)
     title: str = ""
+    failed: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+
+    def _n_failed(self) -> dict[str, int]:
+        return {label: len(runs) for label, runs in self.failed.items() if runs}
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per scheme: rounds to target, accuracies and costs to the target."""
+        """One row per scheme: rounds to target, accuracies and costs to the target.
+
+        ``seeds`` counts finished runs; ``failed`` (present when a run of the scheme failed)
+        lists the failed ones as ``{"seed", "type", "message", "round"}``, and a scheme with a
+        failed run has no mean rounds to the target (like one whose run missed it).
+        """
         out = []
-        for label, runs in self.histories.items():
+        labels = list(self.histories) + [k for k in self.failed if k not in self.histories and self.failed[k]]
+        for label in labels:
+            runs = self.histories.get(label, {})
+            fails = self.failed.get(label, {})
             hs = [runs[s] for s in sorted(runs)]
             reached = [h.rounds_to_accuracy(self.target) for h in hs]
             ok = [r for r in reached if r is not None]
             costs = [h.costs_to_accuracy(self.target) for h in hs]
             costs_ok = [(c, h) for c, h in zip(costs, hs) if c is not None]
+            complete = hs and len(ok) == len(hs) and not fails
             row = {
                 "scheme": label,
                 "seeds": len(hs),
                 "reached": len(ok),
-                "rounds_to_target": (None if len(ok) < len(hs) or not hs else float(np.mean(ok))),
-                "rounds_to_target_std": (None if len(ok) < len(hs) or not hs else float(np.std(ok))),
+                "rounds_to_target": float(np.mean(ok)) if complete else None,
+                "rounds_to_target_std": float(np.std(ok)) if complete else None,
                 "rounds_to_target_each": reached,
                 "final_accuracy": float(np.mean([h.final_accuracy() or 0 for h in hs])) if hs else None,
                 "best_accuracy": float(np.mean([h.best_accuracy() or 0 for h in hs])) if hs else None,
@@ -213,30 +247,40 @@ class Comparison:
             }
             if label in self.paper:
                 row["paper"] = self.paper[label]
+            if fails:
+                row["failed"] = [{"seed": seed, **{k: fails[seed].get(k) for k in ("type", "message", "round")}}
+                                 for seed in sorted(fails)]
             out.append(row)
         return out
 
     def to_markdown(self) -> str:
         """The table as Markdown.
 
-        A rounds cell is N/A when any seed missed the target (followed by the mean of the
-        seeds that reached it); the cost columns average the seeds that reached it.
+        A rounds cell is N/A when any seed missed the target or failed (followed by the mean
+        of the seeds that reached it); the cost columns average the seeds that reached it.
+        When a run failed, a last column names each failed seed, its error type and round,
+        and "reached" counts it among the seeds.
         """
-        paper = any("paper" in r for r in self.rows())
+        rows = self.rows()
+        paper = any("paper" in r for r in rows)
+        any_failed = any("failed" in r for r in rows)
         head = ["scheme", f"rounds to {self.target:.0%}", "reached", "final acc", "best acc",
                 "Mfloats to target", "models down", "losses up", "trainings", "s / run"]
         if paper:
             head.insert(2, "paper")
+        if any_failed:
+            head.append("failed")
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for r in self.rows():
-            hs = list(self.histories[r["scheme"]].values())
+        for r in rows:
+            hs = list(self.histories.get(r["scheme"], {}).values())
+            fails = r.get("failed", [])
             rounds = [x for x in r["rounds_to_target_each"] if x is not None]
-            if r["reached"] == r["seeds"]:
+            if r["reached"] == r["seeds"] and not fails:
                 cell = _fmt_mean_std(rounds)
             else:  # the paper's N/A, and what the seeds that did reach it took
                 cell = "N/A" if not rounds else f"N/A ({len(rounds)} reached: {_fmt_mean_std(rounds)})"
             vals = [
-                r["scheme"], cell, f"{r['reached']}/{r['seeds']}",
+                r["scheme"], cell, f"{r['reached']}/{r['seeds'] + len(fails)}",
                 f"{r['final_accuracy']:.3f}" if hs else "-", f"{r['best_accuracy']:.3f}" if hs else "-",
                 "-" if r["mfloats_to_target"] is None else f"{r['mfloats_to_target']:.2f}",
                 "-" if r["models_down_to_target"] is None else f"{r['models_down_to_target']:.0f}",
@@ -246,6 +290,8 @@ class Comparison:
             ]
             if paper:
                 vals.insert(2, r.get("paper", "-"))
+            if any_failed:
+                vals.append("; ".join(f"seed {f['seed']}: {f['type']} in round {f['round']}" for f in fails) or "-")
             lines.append("| " + " | ".join(vals) + " |")
         return "\n".join(lines)
 
@@ -321,11 +367,15 @@ class Comparison:
         out = Path(out_dir or self.out_dir or ".")
         out.mkdir(parents=True, exist_ok=True)
         res = {k: [v[s] for s in sorted(v)] for k, v in self.histories.items()}
+        failed = self._n_failed()
+        for label in failed:
+            res.setdefault(label, [])
         paths = []
         for name, draw in (
-            ("accuracy.png", lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title)),
+            ("accuracy.png",
+             lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title, failed=failed)),
             ("selection_frequency.png", lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax)),
-            ("communication.png", lambda ax: plot_communication(res, self.target, ax=ax)),
+            ("communication.png", lambda ax: plot_communication(res, self.target, ax=ax, failed=failed)),
         ):
             if name.startswith("selection"):
                 size = (max(7.0, self.n_clients * 0.09), 1.2 + 0.45 * len(res))
@@ -339,20 +389,30 @@ class Comparison:
         return paths
 
     def write(self, out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
-        """Write table.md, summary.json and results.csv (one row per scheme and seed)."""
+        """Write table.md, summary.json and results.csv (one row per scheme and seed).
+
+        When a run failed, results.csv gains a ``status`` column (``finished`` or ``failed``;
+        a failed row has empty results and the rounds it completed).
+        """
         out = Path(out_dir or self.out_dir or ".")
         out.mkdir(parents=True, exist_ok=True)
         (out / "table.md").write_text(self.to_markdown() + "\n")
         (out / "summary.json").write_text(json.dumps({"target": self.target, "rows": self.rows()}, indent=2))
-        lines = ["scheme,seed,rounds_to_target,final_accuracy,best_accuracy,rounds_run,floats_to_target"]
-        for label, runs in self.histories.items():
+        any_failed = bool(self._n_failed())
+        status = ",status" if any_failed else ""
+        lines = [f"scheme,seed,rounds_to_target,final_accuracy,best_accuracy,rounds_run,floats_to_target{status}"]
+        for label in dict.fromkeys([*self.histories, *self.failed]):
+            runs = self.histories.get(label, {})
             for seed in sorted(runs):
                 h = runs[seed]
                 c = h.costs_to_accuracy(self.target)
                 lines.append(
                     f"{label},{seed},{h.rounds_to_accuracy(self.target) or ''},{h.final_accuracy()},"
                     f"{h.best_accuracy()},{len(h)},{'' if c is None else c.floats_communicated(h.model_size)}"
+                    + (",finished" if any_failed else "")
                 )
+            for seed, f in sorted(self.failed.get(label, {}).items()):
+                lines.append(f"{label},{seed},,,,{f.get('rounds_completed', '')},,failed")
         (out / "results.csv").write_text("\n".join(lines) + "\n")
         return [out / "table.md", out / "summary.json", out / "results.csv"]
 
@@ -443,6 +503,8 @@ def run_comparison(
     paper: Mapping[str, str] | None = None,
     title: str = "",
     log: Callable[[str], None] | None = None,
+    retry_failed: bool = False,
+    checkpoint_every: int | None = 10,
 ) -> Comparison:
     """Run every scheme with every seed on the same federations and training streams.
 
@@ -463,17 +525,29 @@ def run_comparison(
     out_dir : path, optional
         Where each finished run is written at once (and read back on a rerun).
     overwrite : bool
-        Re-run cells whose saved settings differ instead of raising.
+        Re-run cells whose saved settings differ (and discard their checkpoints) instead of raising.
     progress : bool
         Progress bars (overall and per run).
     command : sequence of str, optional
         Recorded with each run (defaults to ``sys.argv``).
     paper : mapping, optional
         Label -> the paper's figure for side-by-side tables.
+    title : str
+    log : callable, optional
+        Receives one-line notes (resuming, failed runs, files moved aside); default: stderr.
+    retry_failed : bool
+        Run again the cells whose saved result is a failure (from scratch). By default a
+        failed run stays failed on a rerun, so a comparison with a diverging scheme finishes.
+    checkpoint_every : int or None, default 10
+        With ``out_dir``, each run checkpoints to ``<out>/checkpoints/<label>__seed<k>/`` every
+        this many rounds (see :class:`~fedselect.FederatedTrainer`'s ``checkpoint_dir``), so a
+        killed comparison redoes at most that many rounds of the run in progress; the
+        checkpoint is deleted once the run's result file is written. None or 0: no checkpoints.
 
     Returns
     -------
     Comparison
+        Failed runs are in its ``failed`` attribute, not in ``histories``.
     """
     from .data import make_federation
     from .simulation.trainer import FederatedTrainer
@@ -483,32 +557,51 @@ def run_comparison(
     # Everything checkable before hours of work: selectors and their parameters, the trainer's, seeds, labels, out.
     built = check_plan(selectors, trainer=trainer, seeds=seeds, out_dir=out)
     trainer_kw = dict(trainer)
-    trainer_kw.pop("selector", None)
+    for managed in ("selector", "checkpoint_dir", "checkpoint_every"):
+        trainer_kw.pop(managed, None)
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int)
+                                         or checkpoint_every < 0):
+        raise ValueError(f"run_comparison: checkpoint_every={checkpoint_every!r} must be None or an integer >= 0")
     commit = _commit()
     if command is None:
         command = [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv and sys.argv[0] else []
     command = list(command)
     histories: dict[str, dict[int, History]] = {label: {} for label in selectors}
+    failed: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in selectors}
     todo = []
     for seed in seeds:
         for label, (name, params) in selectors.items():
             key = _key({"federation": dict(federation), "trainer": trainer_kw, "selector": name,
                         "params": dict(params), "seed": int(seed)})
-            path = None if out is None else out / "runs" / f"{_slug(label)}__seed{seed}.json"
-            if path is not None and path.exists():
-                saved = json.loads(path.read_text())
+            path = ckpt = None
+            if out is not None:
+                path = out / "runs" / f"{_slug(label)}__seed{seed}.json"
+                ckpt = out / "checkpoints" / f"{_slug(label)}__seed{seed}"
+            saved = _read_result(path) if path is not None else None
+            if saved is not None:
                 if saved.get("key") == key:
-                    histories[label][int(seed)] = History.from_dict(saved["history"])
-                    continue
-                if not overwrite:
+                    if saved.get("status", "finished") == "failed":
+                        if not retry_failed:
+                            failed[label][int(seed)] = _failure_of(saved)
+                            continue
+                        _remove_tree(ckpt)  # a retry starts from scratch
+                    else:
+                        histories[label][int(seed)] = History.from_dict(saved["history"])
+                        continue
+                elif not overwrite:
                     raise ValueError(
                         f"{path} holds a run with other settings (key {saved.get('key')} != {key}); "
                         "use another output directory or overwrite=True (--overwrite)"
                     )
-            todo.append((seed, label, name, key, path))
-    if histories and any(histories.values()):
-        done = sum(len(v) for v in histories.values())
-        log(f"resuming: {done} finished run(s) loaded, {len(todo)} to run")
+                else:
+                    _remove_tree(ckpt)
+            todo.append((seed, label, name, key, path, ckpt))
+    done = sum(len(v) for v in histories.values()) + sum(len(v) for v in failed.values())
+    if done:
+        n_failed = sum(len(v) for v in failed.values())
+        note = (f" ({n_failed} failed; rerun with retry_failed=True / --retry-failed to try them again)"
+                if n_failed else "")
+        log(f"resuming: {done} finished run(s) loaded{note}, {len(todo)} to run")
     n_clients = 0
     feds: dict[int, Any] = {}
     bar = None
@@ -517,7 +610,7 @@ def run_comparison(
 
         bar = tqdm(total=len(todo), desc="runs", unit="run")
     try:
-        for seed, label, name, key, path in todo:
+        for seed, label, name, key, path, ckpt in todo:
             if seed not in feds:
                 feds = {seed: make_federation(random_state=int(seed), **dict(federation))}
             fed = feds[seed]
@@ -525,34 +618,113 @@ def run_comparison(
             if bar is not None:
                 bar.set_description(f"{label} seed {seed}")
             start = time.perf_counter()
-            tr = FederatedTrainer(selector=built[label], random_state=int(seed), progress=progress, **trainer_kw)
-            tr.fit(fed)
-            h = tr.history_
-            histories[label][int(seed)] = h
+            use_ckpt = ckpt is not None and bool(checkpoint_every)
+            tr = FederatedTrainer(
+                selector=built[label], random_state=int(seed), progress=progress, **trainer_kw,
+                **({"checkpoint_dir": ckpt, "checkpoint_every": int(checkpoint_every)} if use_ckpt else {}),
+            )
+            error: dict[str, Any] | None = None
+            try:
+                try:
+                    tr.fit(fed)
+                except CheckpointMismatchError:
+                    if not overwrite:
+                        raise
+                    _remove_tree(ckpt)
+                    tr.fit(fed)
+            except CheckpointMismatchError:
+                raise
+            except Exception as exc:  # a failed run is a result; the comparison goes on
+                partial = getattr(tr, "history_", None)
+                completed = len(partial) if partial is not None else 0
+                error = {
+                    "type": type(exc).__name__, "message": str(exc),
+                    "round": int(getattr(exc, "round", completed)), "rounds_completed": completed,
+                    "traceback": traceback.format_exc(limit=8),
+                }
+                failed[label][int(seed)] = _failure_of({"error": error})
+                log(f"{label} seed {seed} failed in round {error['round']}: {error['type']}: {exc}")
+            if error is None:
+                histories[label][int(seed)] = tr.history_
             if path is not None:
                 payload = {
-                    "key": key, "label": label, "selector": name, "seed": int(seed), "command": command,
+                    "key": key, "label": label, "selector": name, "seed": int(seed),
+                    "status": "finished" if error is None else "failed", "command": command,
                     "commit": commit, "seconds": time.perf_counter() - start,
                     "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
-                    "history": h.to_dict(),
                 }
-                diagnostics = _diagnostics(tr.selector_)
+                if error is not None:
+                    payload["error"] = error
+                h = getattr(tr, "history_", None)
+                payload["history"] = h.to_dict() if h is not None else None
+                diagnostics = _diagnostics(tr.selector_) if error is None else {}
                 if diagnostics:
                     payload["selector_state"] = diagnostics
-                tmp = path.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(payload, default=repr))
-                os.replace(tmp, path)
+                atomic_write_bytes(path, json.dumps(payload, default=repr).encode())
+                _remove_tree(ckpt)
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
+    if out is not None:
+        try:
+            (out / "checkpoints").rmdir()  # only when empty
+        except OSError:
+            pass
     if not n_clients:
         n_clients = int(federation.get("n_clients", 0)) or max(
-            (max(max(r.clients) for r in h.rounds) + 1 for runs in histories.values() for h in runs.values()),
+            (max(max(r.clients) for r in h.rounds) + 1 for runs in histories.values() for h in runs.values()
+             if h.rounds),
             default=1,
         )
-    return Comparison(histories, float(target), n_clients, out, dict(paper or {}), title)
+    return Comparison(histories, float(target), n_clients, out, dict(paper or {}), title,
+                      {k: v for k, v in failed.items() if v})
+
+
+def _remove_tree(path: Path | None) -> None:
+    if path is not None and path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    """A run's result file, or None if absent; an unreadable one is moved aside with a warning."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        move_aside(path, f"{type(exc).__name__}: {exc}")
+        return None
+    reason = _result_problem(text)
+    if reason is None:
+        return json.loads(text)
+    move_aside(path, reason)
+    return None
+
+
+def _result_problem(text: str) -> str | None:
+    """Why ``text`` is not a usable result file, or None."""
+    if not text.strip():
+        return "empty file"
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON, probably truncated: {exc}"
+    if not isinstance(d, dict) or "key" not in d or "label" not in d or "seed" not in d:
+        return "not a fedselect result (no key, label or seed)"
+    if d.get("status", "finished") == "failed":
+        return None if isinstance(d.get("error"), dict) else "a failed run without its error"
+    try:
+        History.from_dict(d["history"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"its history cannot be read: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _failure_of(saved: Mapping[str, Any]) -> dict[str, Any]:
+    err = dict(saved.get("error") or {})
+    return {k: err.get(k) for k in ("type", "message", "round", "rounds_completed")}
 
 
 def load_comparison(
@@ -578,20 +750,37 @@ def load_comparison(
     -------
     comparison : Comparison
     cells : list of dict
-        One per (label, seed) file: label, seed, command, commit, seconds, finished, path,
-        and ``selector_state`` when the run saved one.
+        One per (label, seed) file: label, seed, status, command, commit, seconds, finished,
+        path, and ``selector_state`` when the run saved one. Failed runs are in the
+        comparison's ``failed``; unreadable files are skipped with a
+        :class:`~fedselect.simulation.CorruptFileWarning` naming them (left in place).
     """
     runs = Path(out_dir) / "runs"
     found: dict[str, dict[int, History]] = {}
+    failed: dict[str, dict[int, dict[str, Any]]] = {}
     cells: list[dict[str, Any]] = []
     n_clients = 0
     for path in sorted(runs.glob("*.json")):
-        d = json.loads(path.read_text())
+        try:
+            text = path.read_text()
+            problem = _result_problem(text)
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem is not None:
+            warnings.warn(f"{path} is unreadable ({problem}); skipped", CorruptFileWarning, stacklevel=2)
+            continue
+        d = json.loads(text)
+        info = {k: d.get(k) for k in ("label", "seed", "command", "commit", "seconds", "finished", "machine")}
+        info["status"] = d.get("status", "finished")
+        if info["status"] == "failed":
+            failed.setdefault(d["label"], {})[int(d["seed"])] = _failure_of(d)
+            cells.append(info | {"path": str(path), "selector_state": None})
+            continue
         h = History.from_dict(d["history"])
         found.setdefault(d["label"], {})[int(d["seed"])] = h
         n_clients = max(n_clients, int(h.config.get("n_clients", 0) or 0))
-        cells.append({k: d.get(k) for k in ("label", "seed", "command", "commit", "seconds", "finished", "machine")}
-                     | {"path": str(path), "selector_state": d.get("selector_state")})
-    order = list(labels) if labels is not None else sorted(found)
+        cells.append(info | {"path": str(path), "selector_state": d.get("selector_state")})
+    order = list(labels) if labels is not None else sorted(set(found) | set(failed))
     histories = {label: found.get(label, {}) for label in order}
-    return Comparison(histories, float(target), n_clients, Path(out_dir), dict(paper or {}), title), cells
+    failed = {label: failed[label] for label in order if label in failed}
+    return Comparison(histories, float(target), n_clients, Path(out_dir), dict(paper or {}), title, failed), cells

@@ -35,6 +35,7 @@ def plot_accuracy(
     target: float | None = None,
     ax: Any = None,
     title: str | None = None,
+    failed: Mapping[str, int] | None = None,
 ) -> Any:
     """Test accuracy against rounds, mean over seeds with a +-1 std band (like FedCor's Fig. 4).
 
@@ -46,19 +47,26 @@ def plot_accuracy(
         Draws the target accuracy as a dashed line.
     ax : matplotlib Axes, optional
     title : str, optional
+    failed : mapping, optional
+        Label -> number of failed runs (diverged or raised), named in the legend; a scheme
+        whose every run failed appears in the legend with no curve.
 
     Returns
     -------
     matplotlib Axes
     """
     ax = _axes(ax)
+    failed = dict(failed or {})
     for label, hs in results.items():
+        note = f", {failed[label]} failed" if failed.get(label) else ""
         if not hs:
+            if note:
+                ax.plot([], [], ls="none", label=f"{label} (all {failed[label]} failed)")
             continue
         x, mean, std = _curve(list(hs))
         if x.size == 0:
             continue
-        (line,) = ax.plot(x, mean, label=f"{label} (n={len(hs)})", lw=1.6)
+        (line,) = ax.plot(x, mean, label=f"{label} (n={len(hs)}{note})", lw=1.6)
         if len(hs) > 1:
             ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.18, lw=0)
     if target is not None:
@@ -119,13 +127,16 @@ def plot_communication(
     *,
     ax: Any = None,
     title: str | None = None,
+    failed: Mapping[str, int] | None = None,
 ) -> Any:
     """Floats communicated until the target was reached, per scheme (mean over seeds that reached it).
 
     Model transfers count ``model_size`` floats each; loss reports and compressed updates count
-    their floats. Schemes whose runs never reached the target are shown as missing.
+    their floats. Schemes whose runs never reached the target are shown as missing; failed runs
+    (``failed``: label -> count) count as not reaching it and are named beside the bar.
     """
     ax = _axes(ax)
+    failed = dict(failed or {})
     labels, means, stds, notes = [], [], [], []
     for label, hs in results.items():
         vals = []
@@ -136,7 +147,8 @@ def plot_communication(
         labels.append(label)
         means.append(np.mean(vals) if vals else 0.0)
         stds.append(np.std(vals) if len(vals) > 1 else 0.0)
-        notes.append(f"{len(vals)}/{len(hs)}")
+        n_failed = int(failed.get(label, 0))
+        notes.append(f"{len(vals)}/{len(hs) + n_failed}" + (f" ({n_failed} failed)" if n_failed else ""))
     y = np.arange(len(labels))
     ax.barh(y, means, xerr=stds, color="tab:blue", alpha=0.8)
     for yi, m, s, note in zip(y, means, stds, notes):

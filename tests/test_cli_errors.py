@@ -198,7 +198,7 @@ def test_a_diverged_run_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(FederatedTrainer, "_round", diverge)
     assert main(["run", *SMALL]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "fedselect: error: FloatingPointError: round 0: the global model is not finite"
+        "fedselect: error: DivergenceError: round 0: the global model is not finite"
     )
 
 

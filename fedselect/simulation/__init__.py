@@ -1,12 +1,16 @@
 """The simulator: batched local training, the paid oracle, per-round history."""
 
+from .checkpoint import CheckpointMismatchError, CorruptFileWarning
 from .costs import Costs
 from .engine import Engine, LocalSchedule
 from .history import History, RoundRecord
 from .models import FedCorCNN, FedCorMLP, LogisticRegression, build_model
-from .trainer import FederatedTrainer, SimulationOracle, lr_at
+from .trainer import DivergenceError, FederatedTrainer, SimulationOracle, lr_at
 
 __all__ = [
+    "CheckpointMismatchError",
+    "CorruptFileWarning",
+    "DivergenceError",
     "Costs",
     "Engine",
     "FedCorCNN",

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import random
 import time
 from collections.abc import Callable, Mapping
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,13 +27,46 @@ from ..selection import (
     is_int,
     is_real,
 )
+from .checkpoint import (
+    CheckpointMismatchError,
+    describe_differences,
+    flatten_config,
+    read_checkpoint,
+    write_checkpoint,
+)
 from .engine import Engine, LocalSchedule
 from .history import History, RoundRecord
 from .models import build_model
 
-__all__ = ["FederatedTrainer", "SimulationOracle", "lr_at"]
+__all__ = ["DivergenceError", "FederatedTrainer", "SimulationOracle", "lr_at"]
 
 _AGGREGATIONS = ("mean", "data-size")
+CHECKPOINT_FILE = "checkpoint.pkl"
+_CHECKPOINT_FORMAT = 1
+# Parameters that do not change a run's numbers: a checkpoint may be resumed with other values.
+_NOT_FINGERPRINTED = ("progress", "n_threads", "callback", "checkpoint_dir", "checkpoint_every", "divergence")
+
+
+class DivergenceError(FloatingPointError):
+    """Training diverged: the global model or the test loss became non-finite, or the test
+    loss exceeded ``divergence`` times the initial model's test loss.
+
+    Attributes
+    ----------
+    round : int
+        The round in which divergence was detected (rounds start at 0).
+    test_loss : float or None
+        The offending test loss (None when the model itself became non-finite).
+    threshold : float or None
+        The test loss that counts as divergence in this run.
+    """
+
+    def __init__(self, message: str, *, round: int, test_loss: float | None = None,
+                 threshold: float | None = None) -> None:
+        super().__init__(message)
+        self.round = int(round)
+        self.test_loss = test_loss
+        self.threshold = threshold
 
 
 def lr_at(lr: float, schedule: Any, t: int) -> float:
@@ -324,6 +361,32 @@ class FederatedTrainer(BaseEstimator):
         What happens to the weights a selection carries when some chosen clients fail:
         the reporters' weights are rescaled to keep the selection's total, or kept as given
         (the failed clients' share is lost). See :func:`fedselect.ledger.reporter_weights`.
+    divergence : float or None, default 10.0
+        Divergence rule: with L_0 the test loss of the initial model, :meth:`fit` raises
+        :class:`DivergenceError` at the first evaluated round whose test loss exceeds
+        ``divergence * L_0`` (or is non-finite; a non-finite global model always raises).
+        With 10 classes L_0 is about ln 10 = 2.3, so the default stops at a test loss of about
+        23; no recorded run of this project's benchmarks went above 2.3 L_0, while a
+        learning rate of 1e4 on digits reaches L_0 * 1000 in its first rounds. None disables
+        the rule (non-finite values still raise). Evaluating L_0 costs one test pass and
+        changes nothing else in the run.
+    checkpoint_dir : path or None, default None
+        Where :meth:`fit` keeps a checkpoint (``checkpoint.pkl``) of the run in progress: the
+        global model, the fitted selector (pickled, random generators included), the random
+        generators of numpy, torch and Python, the history so far and a fingerprint of the
+        configuration. A ``fit`` that finds a checkpoint of the same configuration resumes from
+        it and returns exactly the history an uninterrupted run returns (every per-round field;
+        wall-clock seconds of resumed rounds are those first measured); one written by another
+        configuration raises :class:`~fedselect.simulation.checkpoint.CheckpointMismatchError`
+        naming the parameters that differ. A finished run leaves a final checkpoint, so fitting
+        again with the same directory returns the same result without training (delete the
+        directory, or use another, to train afresh). An unreadable checkpoint is moved aside
+        with a warning and the run starts over. ``progress``, ``n_threads``, ``callback``,
+        ``divergence`` and the checkpoint settings are not part of the fingerprint. The callback
+        is called only for the rounds this call trains.
+    checkpoint_every : int, default 10
+        Write the checkpoint after every k-th round (and when the run ends): a kill redoes at
+        most k rounds. Each write pickles the selector and the model and fsyncs one file.
 
     Attributes
     ----------
@@ -369,6 +432,9 @@ class FederatedTrainer(BaseEstimator):
         dropout: float = 0.0,
         availability: Any = None,
         partial_weights: str = "rescale",
+        divergence: float | None = 10.0,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_every: int = 10,
     ) -> None:
         self.selector = selector
         self.model = model
@@ -394,6 +460,9 @@ class FederatedTrainer(BaseEstimator):
         self.dropout = dropout
         self.availability = availability
         self.partial_weights = partial_weights
+        self.divergence = divergence
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every = checkpoint_every
 
     # -- validation -----------------------------------------------------------------
     # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
@@ -423,6 +492,9 @@ class FederatedTrainer(BaseEstimator):
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "availability": [None, "array-like", callable],  # its length and range are checked against the federation
         "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
+        "divergence": [None, Interval(Real, 1, None, closed="neither")],
+        "checkpoint_dir": [None, InstanceOf(str, "a directory path"), InstanceOf(os.PathLike, "a directory path")],
+        "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
     }
 
     def _validate(self, fed: Any) -> None:
@@ -435,6 +507,9 @@ class FederatedTrainer(BaseEstimator):
                 "fedselect.data.make_federation(...), e.g. make_federation('digits', n_clients=20)"
             )
         validate_parameters(self, self.get_params(deep=False), self._parameter_constraints)
+        c = self.checkpoint_dir
+        if c is not None and Path(c).exists() and not Path(c).is_dir():
+            raise ValueError(f"FederatedTrainer: checkpoint_dir={str(c)!r} exists and is not a directory")
         n = fed.n_clients
         check_param(
             self,
@@ -537,6 +612,14 @@ class FederatedTrainer(BaseEstimator):
         -------
         self
             With ``history_``, ``selector_`` and ``parameters_`` set.
+
+        Raises
+        ------
+        DivergenceError
+            When the divergence rule fires (see ``divergence``); ``history_`` then holds the
+            rounds run so far, the diverged round included when it was evaluated.
+        CheckpointMismatchError
+            When ``checkpoint_dir`` holds a checkpoint of another configuration.
         """
         fed = federation
         self._validate(fed)
@@ -563,23 +646,44 @@ class FederatedTrainer(BaseEstimator):
             self._engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
             selector = self._make_selector()
             selector.fit(fed.client_pool())
-            self.selector_ = selector
             history = History(model_size=self._engine.n_params, config=self._config(fed, selector))
-            self.history_ = history
             theta = self._engine.initial_parameters()
+            threshold = None
+            if self.divergence is not None:
+                threshold = float(self.divergence) * self._engine.test(theta)[0]
+            start, finished = 0, False
+            ckpt_path = fingerprint = None
+            if self.checkpoint_dir is not None:
+                ckpt_path = Path(self.checkpoint_dir) / CHECKPOINT_FILE
+                fingerprint = self._fingerprint(fed, selector, theta)
+                state = self._read_checkpoint(ckpt_path, fingerprint)
+                if state is not None:
+                    selector = state["selector"]
+                    theta = torch.from_numpy(state["theta"])
+                    history.rounds = list(state["rounds"])
+                    start, finished = int(state["next_round"]), bool(state["finished"])
+                    _set_rng_state(state["rng"])
+            self.selector_ = selector
+            self.history_ = history
             bar = None
-            if self.progress:
+            if self.progress and not finished:
                 from tqdm.auto import tqdm
 
-                bar = tqdm(total=self.rounds, desc=type(selector).__name__, unit="round", leave=False)
+                bar = tqdm(total=self.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False)
             try:
-                for t in range(self.rounds):
-                    theta, record = self._round(t, theta, selector)
+                for t in range(start, self.rounds if not finished else start):
+                    try:
+                        theta, record = self._round(t, theta, selector)
+                    except DivergenceError:
+                        raise
+                    except FloatingPointError as exc:
+                        raise DivergenceError(str(exc), round=t) from exc
                     history.rounds.append(record)
                     if bar is not None:
                         bar.update(1)
                         if record.test_accuracy is not None:
                             bar.set_postfix(acc=f"{record.test_accuracy:.3f}")
+                    self._check_divergence(record, threshold, selector)
                     if self.callback is not None:
                         self.callback(self, record)
                     if (
@@ -589,15 +693,93 @@ class FederatedTrainer(BaseEstimator):
                         and record.test_accuracy >= self.target_accuracy
                     ):
                         break
+                    if ckpt_path is not None and (t + 1) % int(self.checkpoint_every) == 0 and t + 1 < self.rounds:
+                        self._write_checkpoint(ckpt_path, fingerprint, theta, selector, history, t + 1, False)
             finally:
                 if bar is not None:
                     bar.close()
+            if ckpt_path is not None and not finished:
+                self._write_checkpoint(ckpt_path, fingerprint, theta, selector, history, len(history.rounds), True)
             self.parameters_ = theta.numpy().copy()
         finally:
             torch.set_num_threads(old_threads)
             for attr in ("_engine", "_fed"):
                 self.__dict__.pop(attr, None)
         return self
+
+    # -- divergence and checkpoints -------------------------------------------------
+    def _check_divergence(self, record: RoundRecord, threshold: float | None, selector: BaseSelector) -> None:
+        loss = record.test_loss
+        if loss is None or threshold is None or loss <= threshold:
+            return
+        raise DivergenceError(
+            f"FederatedTrainer: training diverged in round {record.round} (selector {type(selector).__name__}, "
+            f"lr={record.lr:g}): test loss {loss:.4g} > {threshold:.4g} = divergence={self.divergence:g} x the "
+            f"initial test loss {threshold / float(self.divergence):.4g}; lower the learning rate, or set "
+            "divergence=None to disable this check",
+            round=record.round, test_loss=float(loss), threshold=threshold,
+        )
+
+    def _fingerprint(self, fed: Any, selector: BaseSelector, theta0: torch.Tensor) -> dict[str, Any]:
+        """Everything that fixes the run's numbers, flattened to comparable values."""
+        params = {k: v for k, v in self.get_params(deep=False).items() if k not in (*_NOT_FINGERPRINTED, "selector")}
+        h = hashlib.sha256()
+        for arr in (fed.y, fed.y_test, np.asarray(fed.X[:: max(1, len(fed.X) // 4096)]),
+                    np.asarray(fed.X_test[:: max(1, len(fed.X_test) // 1024)])):
+            a = np.ascontiguousarray(arr)
+            h.update(str((a.dtype.str, a.shape)).encode())
+            h.update(a.tobytes())
+        for ix in (*fed.client_indices, *fed.loss_indices):
+            h.update(np.ascontiguousarray(ix, dtype=np.int64).tobytes())
+            h.update(b"|")
+        report = getattr(self, "_report_prob", None)
+        report_sha = None if report is None else hashlib.sha256(
+            np.ascontiguousarray(report, dtype=np.float64).tobytes()).hexdigest()
+        return flatten_config({
+            "trainer": params,
+            "selector": {"class": f"{type(selector).__module__}.{type(selector).__qualname__}",
+                         "params": selector.get_params(deep=False)},
+            "federation": {"metadata": dict(getattr(fed, "metadata", {}) or {}), "n_clients": fed.n_clients,
+                           "data_sha256": h.hexdigest()},
+            "model": {"n_params": int(theta0.numel()),
+                      "initial_sha256": hashlib.sha256(theta0.numpy().tobytes()).hexdigest()},
+            # client failures are drawn per round from their own keyed stream: the probabilities fix them
+            "failures": {"report_probability_sha256": report_sha},
+        })
+
+    def _read_checkpoint(self, path: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
+        state = read_checkpoint(path)
+        if state is None:
+            return None
+        if state.get("format") != _CHECKPOINT_FORMAT or "fingerprint" not in state:
+            from .checkpoint import move_aside
+
+            move_aside(path, f"checkpoint format {state.get('format')!r}, expected {_CHECKPOINT_FORMAT}")
+            return None
+        diff = describe_differences(state["fingerprint"], fingerprint)
+        if diff:
+            shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in list(diff.items())[:8])
+            more = f" (and {len(diff) - 8} more)" if len(diff) > 8 else ""
+            raise CheckpointMismatchError(
+                f"FederatedTrainer: the checkpoint {path} was written by a run with other settings: {shown}{more}. "
+                "Use another checkpoint_dir, or delete this one to start the run over",
+                path=path, differences=diff,
+            )
+        return state
+
+    def _write_checkpoint(self, path: Path, fingerprint: dict[str, Any] | None, theta: torch.Tensor,
+                          selector: BaseSelector, history: History, next_round: int, finished: bool) -> None:
+        write_checkpoint(path, {
+            "format": _CHECKPOINT_FORMAT,
+            "fingerprint": fingerprint,
+            "next_round": int(next_round),
+            "finished": bool(finished),
+            "theta": theta.numpy().copy(),
+            "selector": selector,
+            "rounds": history.rounds,
+            "rng": _get_rng_state(),
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        })
 
     def _unavailable(self, t: int) -> np.ndarray:
         """The clients that will not answer in round ``t``: their own stream, the same for every selector."""
@@ -676,7 +858,8 @@ class FederatedTrainer(BaseEstimator):
         return new_theta, record
 
     def _config(self, fed: Any, selector: BaseSelector) -> dict[str, Any]:
-        params = {k: v for k, v in self.get_params(deep=False).items() if k not in ("selector", "callback")}
+        params = {k: v for k, v in self.get_params(deep=False).items()
+                  if k not in ("selector", "callback", "checkpoint_dir", "checkpoint_every")}
         if isinstance(params.get("model"), torch.nn.Module):
             params["model"] = type(params["model"]).__name__
         return {
@@ -685,6 +868,21 @@ class FederatedTrainer(BaseEstimator):
             "federation": _plain(getattr(fed, "metadata", {})),
             "n_clients": fed.n_clients,
         }
+
+
+def _get_rng_state() -> dict[str, Any]:
+    """The global random generators. The run itself draws from keyed streams (minibatches from
+    (seed, round, client), dropout reseeded per round) and from the selector's own generators,
+    which are pickled with it; the global ones are saved too so that a selector or model that
+    draws from them still resumes identically."""
+    legacy = np.random.get_state()  # noqa: NPY002 (the legacy global generator, on purpose)
+    return {"torch": torch.get_rng_state(), "numpy": legacy, "python": random.getstate()}
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])  # noqa: NPY002
+    random.setstate(state["python"])
 
 
 def _plain(d: Mapping[str, Any]) -> dict[str, Any]:
