@@ -212,11 +212,13 @@ class RoundLedger:
         steps: int = 0,
         sample_gradients: int = 0,
     ) -> None:
-        """Charge one local training per id (plus its SGD steps and per-sample gradients); keep the updates.
+        """Charge one local training per id (plus the SGD steps and per-sample gradients given); keep the updates.
 
         ``updates`` holds one object per id (whatever the runtime computes with: a
         tensor, an array); None keeps a placeholder (the runtime holds the update
-        elsewhere, e.g. on the client). Each id is charged only once per round.
+        elsewhere, e.g. on the client). An id already trained this round is not charged a
+        second training; ``steps`` and ``sample_gradients`` are added as given, so a
+        runtime passes only the work it actually did (it asks :meth:`to_train` first).
         """
         arr = self.ids(ids, "record_training")
         if updates is not None and len(updates) != arr.shape[0]:
@@ -257,9 +259,13 @@ class RoundLedger:
         """Charge forward passes that are not a client's loss on ``w^t`` (e.g. the test set)."""
         self.costs.samples_evaluated += int(samples)
 
-    def record_trial(self, n_answered: int, *, samples_evaluated: int = 0) -> None:
-        """Charge a trial model sent to all N clients, of whom ``n_answered`` sent a loss back."""
-        self.costs.models_down += self.n_clients
+    def record_trial(self, n_answered: int, *, samples_evaluated: int = 0, n_sent: int | None = None) -> None:
+        """Charge a trial model sent to ``n_sent`` clients (default all N), of whom ``n_answered`` sent a loss back.
+
+        The simulator sends it to all N (an unavailable client is charged as sent); a
+        deployment sends it only to the clients that still have a node.
+        """
+        self.costs.models_down += self.n_clients if n_sent is None else int(n_sent)
         self.costs.scalars_up += int(n_answered)
         self.costs.samples_evaluated += int(samples_evaluated)
 
