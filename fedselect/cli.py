@@ -343,8 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# What a user's input or environment can cause: answered with one line and exit status 2. Anything else
-# (AttributeError, IndexError, AssertionError, ...) is a bug in fedselect or a plugin and keeps its traceback.
+# What a user's input or environment usually causes: answered with one line and exit status 2. These types can
+# also come from a bug (a TypeError or KeyError inside fedselect or a plugin): --debug or FEDSELECT_DEBUG=1 shows
+# the traceback. Anything else (AttributeError, IndexError, AssertionError, ...) always keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     KeyError, ValueError, TypeError, OSError, FloatingPointError, EOFError, RuntimeError, ImportError,
     argparse.ArgumentTypeError,
@@ -362,9 +363,10 @@ def _one_line(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedselect`` command.
 
-    Returns 0 on success, 2 for a user error (bad option values, unreadable or unwritable
-    files, a diverging run; printed as one line ``fedselect: error: ...``), 130 when
-    interrupted. ``--debug`` (or ``FEDSELECT_DEBUG=1``) shows the traceback instead.
+    Returns 0 on success, 1 when ``compare``/``reproduce`` finished but a run failed (it is
+    recorded and shown in the table), 2 for a user error (bad option values, unreadable or
+    unwritable files, a diverging run; printed as one line ``fedselect: error: ...``), 130
+    when interrupted. ``--debug`` (or ``FEDSELECT_DEBUG=1``) shows the traceback instead.
     """
     parser = build_parser()
     args = parser.parse_args(argv)

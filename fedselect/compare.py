@@ -10,10 +10,13 @@ Inside a run, the trainer checkpoints to ``<out>/checkpoints/<label>__seed<k>/``
 ``checkpoint_every`` rounds, so a killed comparison also resumes the run it was in the middle
 of; the checkpoint is deleted once the run's result file is written.
 
-A run that raises (a :class:`~fedselect.simulation.DivergenceError` or any other exception)
-is written as a result file with ``"status": "failed"``, the error and the round it failed
-in, and the comparison goes on; the table shows it as failed, and a rerun keeps that result
-unless ``retry_failed=True``. A result or checkpoint file that cannot be read is moved aside
+A run that raises (a :class:`~fedselect.simulation.DivergenceError` or any other exception
+of the run itself) is written as a result file with ``"status": "failed"``, the error and
+the round it failed in, and the comparison goes on; the table shows it as failed, and a
+rerun keeps that result unless ``retry_failed=True``. Errors of the environment (``OSError``
+such as a full disk, ``MemoryError``) stop the comparison instead: they are not the run's
+result, and the rerun after fixing them resumes from the last checkpoint. A result or
+checkpoint file that cannot be read is moved aside
 as ``<name>.corrupt-<timestamp>`` with a :class:`~fedselect.simulation.CorruptFileWarning`
 naming it, and its run is redone.
 """
@@ -315,7 +318,8 @@ class Comparison:
         rows : list of dict
             Per other scheme: ``scheme``, ``seeds`` (the seeds both have), ``diffs``
             (other - reference rounds to the target, per seed: positive means the
-            reference was faster), the statistics of :func:`paired_summary`, and
+            reference was faster), ``failed_seeds`` (seeds left out because a run of
+            this scheme or of the reference failed), the statistics of :func:`paired_summary`, and
             ``p_holm``: the p-value adjusted for comparing the reference with every other
             scheme at once (Holm's step-down method, see :func:`holm`).
         """
@@ -332,10 +336,11 @@ class Comparison:
         out = []
         for label, runs in self.histories.items():
             seeds = sorted(set(ref) & set(runs))
-            if label == reference or not seeds:
+            failed = sorted(set(self.failed.get(label, {})) | set(self.failed.get(reference, {})))
+            if label == reference or not (seeds or failed):
                 continue
             diffs = [rounds(runs[s]) - rounds(ref[s]) for s in seeds]
-            out.append({"scheme": label, "seeds": seeds, **paired_summary(diffs)})
+            out.append({"scheme": label, "seeds": seeds, "failed_seeds": failed, **paired_summary(diffs)})
         for row, p in zip(out, holm([r["p"] for r in out])):
             row["p_holm"] = p
         return out
@@ -347,11 +352,16 @@ class Comparison:
             f"{reference} faster / tie / slower | p (Wilcoxon) | p (Holm) |",
             "|---|---|---|---|---|---|---|",
         ]
-        for r in self.paired(reference, not_reached=not_reached):
+        rows = self.paired(reference, not_reached=not_reached)
+        for r in rows:
             lines.append(
                 f"| {r['scheme']} | {len(r['seeds'])} | {r['mean']:+.1f} ± {r['std']:.1f} | {r['median']:+.1f} | "
                 f"{r['faster']} / {r['ties']} / {r['slower']} | {r['p']:.3f} | {r['p_holm']:.3f} |"
             )
+        left_out = [f"{r['scheme']}: seed(s) {r['failed_seeds']}" for r in rows if r["failed_seeds"]]
+        if left_out:
+            lines.append("")
+            lines.append("Left out because a run failed (see the table's failed column): " + "; ".join(left_out) + ".")
         return "\n".join(lines)
 
     def plot(self, out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
@@ -632,8 +642,8 @@ def run_comparison(
                         raise
                     _remove_tree(ckpt)
                     tr.fit(fed)
-            except CheckpointMismatchError:
-                raise
+            except (CheckpointMismatchError, OSError, MemoryError):
+                raise  # the environment, not the run: a rerun after fixing it must not find it "failed"
             except Exception as exc:  # a failed run is a result; the comparison goes on
                 partial = getattr(tr, "history_", None)
                 completed = len(partial) if partial is not None else 0

@@ -3,7 +3,8 @@
 Every runtime that answers a selector's questions (the simulator's
 :class:`~fedselect.simulation.trainer.SimulationOracle`, :class:`fedselect.testing.SyntheticOracle`
 and the Flower strategy's oracle) keeps its bookkeeping in one :class:`RoundLedger` per round,
-so the three count the same questions the same way and cannot drift apart:
+so the three count the same questions the same way (what a deployment cannot do alike, such
+as applying a ``transform`` on the client, is documented where it happens):
 
 * a client receives the round's global model ``w^t`` at most once per round (one model down);
 * a client's loss ``l_k(w^t)`` reaches the server at most once per round (one scalar up),

@@ -436,18 +436,22 @@ class ClientOracle(abc.ABC):
         ``w_trial`` is what round t would produce if ``ids`` trained, with the same
         learning rate, weight decay, prox term, dropout and aggregation rule as the
         round (over the ids that answered: a trial client that fails is left out, as it
-        would be from the round). It is not applied and does not advance the round. Costs ``len(ids)``
-        local trainings, N models down and N scalars up, plus the baseline losses if
-        they were not already paid this round.
+        would be from the round). It is not applied and does not advance the round. Costs
+        ``len(ids)`` local trainings (not repeated if those clients are then chosen), the
+        trial model sent to every client (N models down) and a scalar up from each client
+        that answers, plus the baseline losses if they were not already paid this round.
         """
 
     @abc.abstractmethod
     def local_updates(self, ids: Any, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        """Each id's local update ``w_k - w^t`` trained from w^t, transformed client-side.
+        """Each id's local update ``w_k - w^t`` trained from w^t, transformed before upload.
 
         ``transform`` maps one flattened float32 update to what the client uploads
         (e.g. a compressed vector); the upload is counted in floats. A client that is
-        then chosen in the same round is not trained again.
+        then chosen in the same round is not trained again. (In the simulator the
+        transform runs on the client's side of the ledger; a deployment that cannot ship
+        code to clients, such as the Flower strategy, uploads the full update, charged as
+        a model up, and applies ``transform`` on the server.)
         """
 
     @abc.abstractmethod

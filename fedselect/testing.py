@@ -24,8 +24,11 @@ questions (losses, trial rounds, local updates) are exercised for real and their
 questions are recorded and costed. They check the estimator conventions (keyword-only
 ``__init__`` storing parameters verbatim, ``clone``, ``repr``, ``NotFittedError``),
 that selections are valid for several federations and several ``n``, reproducibility
-under a fixed ``random_state``, that ``fit`` starts over, and that neither ``select``
-nor ``update`` mutates its inputs.
+under a fixed ``random_state``, that ``fit`` starts over, that neither ``select``
+nor ``update`` mutates its inputs, and that clients that do not answer (NaN answers,
+partial or empty feedback: ``check_missing_answers``) never break the selector.
+
+:func:`parametrize_with_checks` turns the suite into one pytest item per check.
 """
 
 from __future__ import annotations

@@ -95,6 +95,10 @@ def test_a_failed_run_is_recorded_and_the_comparison_goes_on(flaky, tmp_path):
     csv = (tmp_path / "results.csv").read_text().splitlines()
     assert csv[0].endswith(",status") and "boom,0,,,,2,,failed" in csv
     assert {p.name for p in comp.plot()} == {"accuracy.png", "selection_frequency.png", "communication.png"}
+    paired = {r["scheme"]: r for r in comp.paired("ok")}
+    assert paired["boom"]["seeds"] == [] and paired["boom"]["failed_seeds"] == [0, 1]
+    assert "Left out because a run failed" in comp.paired_markdown("ok")
+    assert "boom: seed(s) [0, 1]" in comp.paired_markdown("ok")
     loaded, cells = load_comparison(tmp_path, 0.3, labels=list(SCHEMES))
     assert loaded.failed == comp.failed and loaded.histories["ok"] == comp.histories["ok"]
     assert sorted(c["status"] for c in cells) == ["failed"] * 4 + ["finished"] * 2

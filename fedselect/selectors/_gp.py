@@ -159,9 +159,14 @@ class LossChangeGP(gpytorch.Module):
                 self.mean.zero_()
             else:
                 v = np.asarray(values, dtype=np.float64)
-                w = np.asarray(weights, dtype=np.float64)[:, None] * np.isfinite(v)
-                total = w.sum(axis=0)
-                mean = np.divide((w * np.nan_to_num(v)).sum(axis=0), total, out=np.zeros(v.shape[1]), where=total > 0)
+                w = np.asarray(weights, dtype=np.float64)
+                if np.isfinite(v).all():
+                    mean = w @ v / w.sum()
+                else:
+                    wm = w[:, None] * np.isfinite(v)
+                    total = wm.sum(axis=0)
+                    mean = np.divide((wm * np.nan_to_num(v)).sum(axis=0), total, out=np.zeros(v.shape[1]),
+                                     where=total > 0)
                 self.mean.copy_(torch.from_numpy(mean))
 
     def fit(self, values: np.ndarray, weights: np.ndarray, *, iterations: int, lr: float) -> FitResult:

@@ -176,6 +176,12 @@ class ClusteredSamplingSelector(BaseSelector):
     (``4 N D`` bytes) and an N x N Gram matrix, refreshed in O(``|S|`` N D) per round for
     the ``|S|`` clients that reported; the clustering itself is O(N^2) to O(N^3) (scipy).
 
+    **Clients that do not answer** the probe of ``init="probe"`` (NaN rows, see
+    :class:`~fedselect.ClientOracle`) keep no representative yet and are probed again in the
+    next round; until then they are clustered as ``init="zeros"`` treats unseen clients.
+    The draw itself does not avoid them: clustered sampling never asks who is reachable,
+    so a chosen client that fails simply does not report.
+
     Parameters
     ----------
     method : {"size", "similarity"}, default="size"

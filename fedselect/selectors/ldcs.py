@@ -54,6 +54,12 @@ class LargestDistanceSelector(BaseSelector):
     CIFAR-10 CNN (D = 122,570) take 49 MB. It is allocated when the first local models
     arrive, and distances are computed in blocks of 256 rows.
 
+    **Clients that do not answer** the probe of ``initial="probe"`` (NaN rows, see
+    :class:`~fedselect.ClientOracle`) get no stored model; in that round they are chosen
+    last (they cannot train now) unless fewer than ``n`` answered, and afterwards their
+    unknown model counts as infinitely far, as for any client never seen. Not in the
+    paper, which assumes every client answers.
+
     Parameters
     ----------
     initial : {"all", "probe"}, default="all"
@@ -200,9 +206,12 @@ class LargestDistanceSelector(BaseSelector):
             self._store(everyone[answered], g[None, :] + updates[answered], round)
         dist = self.distances(g)
         self.last_distances_ = dist
+        rank = dist
+        if first and self.initial == "probe" and answered.sum() >= n:
+            rank = np.where(answered, dist, -np.inf)  # unreachable this round: chosen last
         # Farthest first; a random permutation before a stable sort breaks ties at random.
         perm = self.rng_.permutation(self.n_clients_)
-        order = perm[np.argsort(-dist[perm], kind="stable")]
+        order = perm[np.argsort(-rank[perm], kind="stable")]
         return Selection(np.sort(order[:n]))
 
     def _update(self, feedback: RoundFeedback) -> None:

@@ -160,8 +160,23 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
+def _code_digest(fn: Any) -> str:
+    """For a Python function: a digest of its bytecode, constants, defaults and closure values.
+
+    Two lambdas with one name (``lambda t: 0.1`` and ``lambda t: 0.01``) then differ; a
+    builtin or another callable without code is identified by its name alone.
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ""
+    closure = [getattr(c, "cell_contents", None) for c in (getattr(fn, "__closure__", None) or ())]
+    parts = (code.co_code, repr(code.co_consts), repr(getattr(fn, "__defaults__", None)),
+             repr([_canonical(c) for c in closure]))
+    return " code:" + hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
+
+
 def _canonical(value: Any) -> Any:
-    """A value comparable across processes: numbers and strings as they are, callables by name."""
+    """A value comparable across processes: numbers and strings as they are, functions by name and code."""
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -172,7 +187,7 @@ def _canonical(value: Any) -> Any:
         digest = hashlib.sha256(value.tobytes()).hexdigest()[:16]
         return f"<array {value.dtype} {tuple(value.shape)} sha256:{digest}>"
     if callable(value) and hasattr(value, "__qualname__"):
-        return f"<callable {getattr(value, '__module__', '?')}.{value.__qualname__}>"
+        return f"<callable {getattr(value, '__module__', '?')}.{value.__qualname__}{_code_digest(value)}>"
     if hasattr(value, "get_params") and callable(value.get_params):
         params = value.get_params(deep=False)
         return {"<class>": type(value).__qualname__, **{k: _canonical(v) for k, v in params.items()}}

@@ -170,6 +170,12 @@ class SimulationOracle(ClientOracle):
             prox_mu=self._prox_mu,
             dropout_seed=self._dropout_seed(purpose),
         )
+        bad = ~torch.isfinite(deltas).all(dim=1)
+        if bool(bad.any()):  # NaN means "did not answer" to a selector: a diverged update must not pass as one
+            raise FloatingPointError(
+                f"round {self.round}: the local training of client(s) {ids[bad.numpy()][:5].tolist()} diverged "
+                f"(non-finite update at lr={self._lr:g}); lower the learning rate"
+            )
         self.ledger.record_training(
             ids,
             list(deltas),
@@ -282,8 +288,8 @@ class SimulationOracle(ClientOracle):
         todo = led.to_train(ids)
         if todo.size:
             self._train(todo, purpose="main")
-        reporters = led.alive(ids)
-        self._ask_losses(led.losses_to_ask(reporters))
+        self._ask_losses(led.losses_to_ask(ids))
+        reporters = led.alive(ids)  # after the losses: a client whose loss is not finite did not report
         led.upload(reporters)
         return reporters, self._updates_of(reporters), led.loss(reporters)
 

@@ -199,3 +199,13 @@ def test_trainer_round_zero_and_memory():
     assert sizes == [6, 3, 3, 3]
     sel = tr.selector_
     assert sel.models_.shape == (6, tr.history_.model_size) and sel.models_.dtype == np.float32
+
+
+def test_probe_round_does_not_choose_clients_that_did_not_answer():
+    for seed in range(20):
+        oracle = SyntheticOracle(20, dropout=0.3, random_state=seed)
+        sel = LargestDistanceSelector(initial="probe", random_state=seed).fit(ClientPool(oracle.n_samples))
+        chosen = sel.select(5, round=0, oracle=oracle)
+        failed = oracle.ledger.failed
+        assert len(failed) <= 15  # at least n answered
+        assert not set(chosen.clients.tolist()) & failed

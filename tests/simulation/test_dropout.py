@@ -166,3 +166,12 @@ def test_history_keeps_who_failed(fed, tmp_path):
     assert History.from_json(tmp_path / "h.json") == tr.history_
     tr.history_.to_csv(tmp_path / "h.csv")
     assert "failed" in (tmp_path / "h.csv").read_text().splitlines()[0]
+
+
+def test_a_diverged_local_update_is_an_error_not_a_missing_answer(fed):
+    """NaN is how a client that did not answer is reported; a diverged local training must not pass for one."""
+    from fedselect.simulation import DivergenceError
+
+    with pytest.raises(DivergenceError, match=r"round 0: the local training of client\(s\) .* diverged"):
+        FederatedTrainer(selector="ocs", rounds=2, model="logistic", local_steps=5, lr=1e300, divergence=None,
+                         random_state=0).fit(fed)
