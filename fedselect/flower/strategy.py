@@ -7,7 +7,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -124,18 +124,20 @@ class FlowerOracle(ClientOracle):
         return RecordDict({"config": cfg})
 
     def _ask(self, ids: np.ndarray, message_type: str, kind: str, extra: dict[str, Any],
-             model: np.ndarray | None = None) -> dict[int, RecordDict]:
-        """Send one message per id and return the content of each valid reply by client id.
+             model: np.ndarray | None = None) -> tuple[dict[int, RecordDict], int]:
+        """Send one message per id; return the content of each reply by client id, and the messages sent.
 
-        Ids without a live node and ids that time out or answer with an error are marked
-        failed on the ledger.
+        Ids that time out or answer with an error are marked failed on the ledger. The
+        callers pass only clients that have not failed; a client without a live node is
+        failed from the start of the round (``RoundLedger(unavailable=...)``), so it gets
+        no message and is charged nothing.
         """
         led = self._led
         newly = set(led.send_model(ids).tolist()) if model is None else set()
         messages = []
         for k in ids.tolist():
             node = self._st._node_of.get(k)
-            if node is None:  # the node is gone: no message, the client fails below
+            if node is None:  # the node vanished during the round: no message, the client fails below
                 continue
             content = self._content(k, newly, extra, model)
             messages.append(Message(content, node, message_type, group_id=str(self.round + 1)))
@@ -144,18 +146,33 @@ class FlowerOracle(ClientOracle):
         failed = [k for k in ids.tolist() if k not in got]
         if failed:
             led.mark_failed(np.asarray(failed, dtype=np.int64))
-        return got
+        return got, len(messages)
 
     def _train(self, ids: np.ndarray, purpose: str) -> dict[int, tuple[np.ndarray, int, int]]:
-        got = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose})
+        got, _ = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose})
         out = {}
         for k, content in got.items():
             try:
                 out[k] = self._st._parse_update(content)
-            except (KeyError, ValueError) as exc:
-                log(INFO, "fedselect: client %d sent an unusable update (%s); left out", k, exc)
-                self._led.mark_failed(np.array([k]))
+            except (KeyError, TypeError, ValueError) as exc:
+                _reject(self._led, k, "update", exc)
         return out
+
+    def _loss_replies(self, ids: np.ndarray, got: dict[int, RecordDict]) -> tuple[list[int], list[float], int]:
+        """The usable loss replies of ``ids`` (in order): ids, values, samples evaluated; the others fail."""
+        ok, values, evaluated = [], [], 0
+        for k in ids.tolist():
+            if k not in got:
+                continue
+            try:
+                value, n = _parse_loss(got[k])
+            except _BadReply as exc:
+                _reject(self._led, k, "loss", exc)
+                continue
+            ok.append(k)
+            values.append(value)
+            evaluated += n
+        return ok, values, evaluated
 
     # -- the oracle -----------------------------------------------------------------
     def losses(self, ids: Any) -> np.ndarray:
@@ -163,11 +180,9 @@ class FlowerOracle(ClientOracle):
         ids = led.ids(ids, "oracle.losses")
         ask = led.losses_to_ask(ids)
         if ask.size:
-            got = self._ask(ask, P.LOSS, "loss", {})
-            ok = np.array([k for k in ask.tolist() if k in got], dtype=np.int64)
-            values = np.array([float(got[k]["metrics"][P.LOSS_KEY]) for k in ok.tolist()])
-            evaluated = int(sum(int(got[k]["metrics"].get(P.EVALUATED, 0)) for k in ok.tolist()))
-            led.record_losses(ok, values, samples_evaluated=evaluated)
+            got, _ = self._ask(ask, P.LOSS, "loss", {})
+            ok, values, evaluated = self._loss_replies(ask, got)
+            led.record_losses(np.asarray(ok, dtype=np.int64), np.asarray(values), samples_evaluated=evaluated)
         return led.loss(ids)
 
     def trial(self, ids: Any) -> np.ndarray:
@@ -184,13 +199,12 @@ class FlowerOracle(ClientOracle):
         w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
         theta_trial = _apply(self._theta, np.stack([np.asarray(led.update(int(k))) for k in alive]), w)
         everyone = led.alive(np.arange(self.n_clients))
-        answers = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=theta_trial)
+        answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=theta_trial)
+        ok, values, evaluated = self._loss_replies(everyone, answers)
         after = np.full(self.n_clients, np.nan)
-        evaluated = 0
-        for k, content in answers.items():
-            after[k] = float(content["metrics"][P.LOSS_KEY])
-            evaluated += int(content["metrics"].get(P.EVALUATED, 0))
-        led.record_trial(len(answers), samples_evaluated=evaluated)
+        after[ok] = values
+        # The trial model is charged per message actually sent (clients with a live node that had not failed).
+        led.record_trial(len(ok), samples_evaluated=evaluated, n_sent=n_sent)
         out = after - base
         out[sorted(led.failed)] = np.nan
         return out
@@ -243,6 +257,50 @@ def _apply(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) -> np.nda
     d = torch.from_numpy(np.ascontiguousarray(deltas, dtype=np.float32))
     w = torch.from_numpy(np.asarray(weights, dtype=np.float32))
     return (t + (w.unsqueeze(1) * d).sum(0)).numpy()
+
+
+class _BadReply(ValueError):
+    """A client's reply that cannot be used (missing keys, wrong types, a non-finite value)."""
+
+
+def _reply_metrics(content: RecordDict) -> Any:
+    metrics = content.metric_records.get("metrics")
+    if metrics is None:
+        raise _BadReply("the reply has no 'metrics' record")
+    return metrics
+
+
+def _metric_int(metrics: Any, key: str, *, default: int | None = None, minimum: int = 0) -> int:
+    """``metrics[key]`` as an int >= ``minimum`` (``default`` when absent; _BadReply when absent without one)."""
+    if key not in metrics:
+        if default is None:
+            raise _BadReply(f"the reply has no {key!r}")
+        return default
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or \
+            not np.isfinite(value) or float(value) != int(value) or value < minimum:
+        raise _BadReply(f"{key!r}={value!r} is not an integer >= {minimum}")
+    return int(value)
+
+
+def _parse_loss(content: RecordDict) -> tuple[float, int]:
+    """(l_k, samples evaluated) of a loss reply; _BadReply unless the loss is a finite number."""
+    metrics = _reply_metrics(content)
+    if P.LOSS_KEY not in metrics:
+        raise _BadReply(f"the reply has no {P.LOSS_KEY!r}")
+    value = metrics[P.LOSS_KEY]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not a number")
+    if not np.isfinite(value):
+        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not finite")
+    return float(value), _metric_int(metrics, P.EVALUATED, default=0)
+
+
+def _reject(ledger: RoundLedger, k: int, what: str, exc: Exception) -> None:
+    """Log an unusable reply and mark its client failed for the round."""
+    log(WARNING, "fedselect: round %d: client %d sent an unusable %s reply (%s); left out of the round",
+        ledger.round, k, what, exc)
+    ledger.mark_failed(np.array([k], dtype=np.int64))
 
 
 class SelectorStrategy(Strategy):
@@ -391,7 +449,7 @@ class SelectorStrategy(Strategy):
         ids = selection.clients
         todo = led.to_train(ids)
         newly = set(led.send_model(todo).tolist())
-        messages, msg_client = [], {}
+        messages, msg_client, need_loss = [], {}, set()
         for k in todo.tolist():
             node = self._node_of.get(k)
             if node is None:
@@ -401,7 +459,9 @@ class SelectorStrategy(Strategy):
             cfg[P.PURPOSE] = "main"
             cfg[P.MODEL_KIND] = "global"
             cfg["server-round"] = int(server_round)
-            cfg[P.NEED_LOSS] = bool(np.isnan(led.loss(np.array([k]))[0]))
+            cfg[P.NEED_LOSS] = not led.has_loss(k)
+            if cfg[P.NEED_LOSS]:
+                need_loss.add(k)
             if k in newly:
                 content = RecordDict({"arrays": arrays, "config": cfg})
             else:
@@ -413,7 +473,7 @@ class SelectorStrategy(Strategy):
         if gone:
             led.mark_failed(np.asarray(gone, dtype=np.int64))
         self._pending = {"t": t, "ledger": led, "selection": selection, "theta": theta, "todo": todo,
-                         "start": start}
+                         "need_loss": need_loss, "oracle": oracle, "start": start}
         self._count("train", messages, down=True)
         return messages
 
@@ -434,14 +494,14 @@ class SelectorStrategy(Strategy):
                 continue
             try:
                 delta, s, g = self._parse_update(content)
-            except (KeyError, ValueError) as exc:
-                log(INFO, "fedselect: client %d sent an unusable update (%s); left out", k, exc)
+                loss = _parse_loss(content) if k in st["need_loss"] else None
+            except (KeyError, TypeError, ValueError) as exc:
+                _reject(led, k, "train", exc)
                 continue
-            metrics = content["metrics"]
-            if P.LOSS_KEY in metrics:
+            if loss is not None:
                 loss_ids.append(k)
-                losses.append(float(metrics[P.LOSS_KEY]))
-                evaluated += int(metrics.get(P.EVALUATED, 0))
+                losses.append(loss[0])
+                evaluated += loss[1]
             ok.append(k)
             updates.append(delta)
             steps += s
@@ -454,6 +514,13 @@ class SelectorStrategy(Strategy):
         if loss_ids:
             led.record_losses(np.asarray(loss_ids, dtype=np.int64), np.asarray(losses), samples_evaluated=evaluated)
         ids = selection.clients
+        # A chosen client whose update the server already held (trained for an oracle question) got no
+        # train message; its loss on w^t, if still unknown, is asked now (the cached model: no model down,
+        # one scalar up), as the simulator asks every reporter's unknown loss (SimulationOracle.run_selection).
+        held = np.array([k for k in ids.tolist() if not led.is_failed(k) and led.trained(k)], dtype=np.int64)
+        ask = led.losses_to_ask(held) if held.size else held
+        if ask.size:
+            st["oracle"].losses(ask)
         keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
         reported = ids[keep]
         led.upload(reported)
@@ -672,11 +739,15 @@ class SelectorStrategy(Strategy):
         return out
 
     def _parse_update(self, content: RecordDict) -> tuple[np.ndarray, int, int]:
-        delta = self._layout.flatten(content["update"], "update")
+        """(delta, local steps, sample gradients) of an update reply; ValueError/TypeError if unusable."""
+        record = content.array_records.get("update")
+        if record is None:
+            raise _BadReply("the reply has no 'update' arrays")
+        delta = self._layout.flatten(record, "update")
         if not np.all(np.isfinite(delta)):
-            raise ValueError("the update holds NaN or inf")
-        m = content["metrics"]
-        return delta, int(m.get(P.STEPS, 0)), int(m.get(P.SAMPLE_GRADIENTS, 0))
+            raise _BadReply("the update holds NaN or inf")
+        m = _reply_metrics(content)
+        return delta, _metric_int(m, P.STEPS, default=0), _metric_int(m, P.SAMPLE_GRADIENTS, default=0)
 
     def _rule_weights(self, selection: Selection) -> np.ndarray:
         counts = selection.counts if selection.counts is not None else np.ones(len(selection))
