@@ -653,7 +653,8 @@ class SelectorStrategy(Strategy):
                 lost = [k for k in range(N) if k not in self._n_samples]
                 raise RuntimeError(
                     f"SelectorStrategy: after connect_timeout={self.connect_timeout}s, client(s) {lost[:10]} of "
-                    f"N={N} never connected; the selector needs every client's n_k to start"
+                    f"N={N} never connected (or sent an unusable hello: see the log); the selector needs every "
+                    "client's n_k to start"
                 )
             time.sleep(0.2)
         extra = [k for k in self._n_samples if k >= N]
@@ -685,22 +686,32 @@ class SelectorStrategy(Strategy):
             return
         messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in new]
         replies = self._exchange(grid, messages, self.query_timeout, "hello")
+        N = getattr(self, "n_clients_", self.n_clients)
         for msg in replies:
+            node = int(msg.metadata.src_node_id)
             if msg.has_error():
+                log(INFO, "fedselect: node %d answered hello with an error: %s", node, msg.error.reason)
                 continue
-            m = msg.content["metrics"]
-            k, node = int(m[P.CLIENT_ID]), int(msg.metadata.src_node_id)
+            try:
+                m = _reply_metrics(msg.content)
+                k = _metric_int(m, P.CLIENT_ID)
+                n_k = _metric_int(m, P.NUM_EXAMPLES, minimum=1)
+                n_reported = _metric_int(m, P.NUM_PARTITIONS, minimum=1) if P.NUM_PARTITIONS in m else None
+                if N is not None and k >= N:
+                    raise _BadReply(f"client id {k} is not below N={N}")
+            except _BadReply as exc:  # the node is not mapped to a client (asked again next round)
+                log(WARNING, "fedselect: node %d sent an unusable hello (%s); ignored", node, exc)
+                continue
             if k in self._node_of and self._node_of[k] != node:
                 log(INFO, "fedselect: client %d moved from node %d to node %d", k, self._node_of[k], node)
                 self._client_of.pop(self._node_of[k], None)
             self._node_of[k] = node
             self._client_of[node] = k
-            n_k = int(m[P.NUM_EXAMPLES])
             if k in self._n_samples and self._n_samples[k] != n_k and hasattr(self, "selector_"):
                 log(INFO, "fedselect: client %d now reports n_k=%d (fitted with %d)", k, n_k, self._n_samples[k])
             self._n_samples.setdefault(k, n_k)
-            if P.NUM_PARTITIONS in m:
-                self._reported_n = int(m[P.NUM_PARTITIONS])
+            if n_reported is not None:
+                self._reported_n = n_reported
 
     @property
     def client_nodes_(self) -> dict[int, int]:
