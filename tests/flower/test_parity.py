@@ -9,7 +9,7 @@ import fedselect
 from fedselect import FederatedTrainer
 from fedselect.flower import FederationClients, LocalGrid, SelectorStrategy
 
-from .conftest import TRAIN
+from .conftest import TRAIN, recording
 
 SCHEMES = {
     "random": {},
@@ -46,22 +46,6 @@ def test_flower_chooses_what_the_simulator_chooses(fed20, name):
     )
 
 
-def _recording(cls):
-    """``cls`` that keeps every RoundFeedback it learns from (``feedbacks_``), to compare the two worlds."""
-
-    class Recording(cls):
-        def _fit(self, pool):
-            super()._fit(pool)
-            self.feedbacks_ = []
-
-        def update(self, feedback):
-            self.feedbacks_.append(feedback)
-            return super().update(feedback)
-
-    Recording.__name__ = cls.__name__
-    return Recording
-
-
 # Selectors that train clients inside ``select`` (oracle.local_updates with a transform): the chosen
 # clients' updates are on the server before the round trains anyone, and their losses must still be asked.
 PROBING = {
@@ -74,7 +58,7 @@ PROBING = {
 def test_probing_selectors_match_the_simulator(fed20, name):
     rounds, seed, N = 8, 5, fed20.n_clients
     cls = type(fedselect.get_selector(name))
-    selector = _recording(cls)(**PROBING[name])
+    selector = recording(cls)(**PROBING[name])
     trainer = FederatedTrainer(
         selector=selector, clients_per_round=4, rounds=rounds, aggregation="data-size", random_state=seed, **TRAIN
     ).fit(fed20)
