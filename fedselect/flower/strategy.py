@@ -8,7 +8,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -18,8 +19,9 @@ from flwr.serverapp.strategy import FedAvg, Result, Strategy
 from flwr.supercore import log
 from sklearn.base import clone
 
+from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
 from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
-from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_param, is_int, is_real
+from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 from . import _protocol as P
 
 __all__ = ["FlowerOracle", "FlowerRound", "SelectorStrategy"]
@@ -348,7 +350,7 @@ class SelectorStrategy(Strategy):
         Seconds to wait for the answers to one oracle query, and for the train replies.
     connect_timeout : float
         Seconds the first round waits for all N clients to connect.
-    random_state : int, optional
+    random_state : int in [0, 2**32 - 1], optional
         Seeds a selector whose own ``random_state`` is None, derived as
         :class:`fedselect.FederatedTrainer` derives it, so one seed chooses the same
         clients in both worlds.
@@ -356,6 +358,13 @@ class SelectorStrategy(Strategy):
         Weights a selection carries, when some chosen clients do not report: rescaled to
         keep their total or kept as given, as in the simulator
         (:func:`fedselect.ledger.reporter_weights`).
+
+    Raises
+    ------
+    fedselect._validation.InvalidParameterError
+        (a ValueError and a TypeError) at construction for a parameter outside the
+        declared ``_parameter_constraints``, naming it; :meth:`start` checks them again
+        and resolves and validates the selector before sending any message.
 
     Attributes
     ----------
@@ -366,6 +375,22 @@ class SelectorStrategy(Strategy):
     client_nodes_ : dict of int to int
         Client id to Flower node id, as of the last round.
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "selector": [InstanceOf(str, "a registered selector name"), InstanceOf(BaseSelector, "a BaseSelector")],
+        "inner": [None, InstanceOf(Strategy, "a flwr Strategy")],
+        "clients_per_round": [Interval(Integral, 1, None, closed="left")],
+        "n_clients": [None, Interval(Integral, 1, None, closed="left")],
+        "aggregation": [None, StrOptions([a for a in _AGGREGATIONS if a is not None])],
+        "query_timeout": [Interval(Real, 0, None, closed="neither")],
+        "train_timeout": [Interval(Real, 0, None, closed="neither")],
+        "connect_timeout": [Interval(Real, 0, None, closed="neither")],
+        "random_state": [None, Interval(Integral, 0, 2**32 - 1, closed="both")],
+        "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
+    }
+
+    def _params(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._parameter_constraints}
 
     def __init__(
         self,
@@ -391,17 +416,7 @@ class SelectorStrategy(Strategy):
         self.connect_timeout = connect_timeout
         self.random_state = random_state
         self.partial_weights = partial_weights
-        check_param(self, "partial_weights", partial_weights, partial_weights in PARTIAL_WEIGHTS,
-                    f"one of {PARTIAL_WEIGHTS}")
-        check_param(self, "clients_per_round", clients_per_round, is_int(clients_per_round) and clients_per_round >= 1,
-                    "an integer >= 1")
-        check_param(self, "n_clients", n_clients, n_clients is None or (is_int(n_clients) and n_clients >= 1),
-                    "None or an integer >= 1")
-        check_param(self, "aggregation", aggregation, aggregation in _AGGREGATIONS, f"one of {_AGGREGATIONS}")
-        for name in ("query_timeout", "train_timeout", "connect_timeout"):
-            v = getattr(self, name)
-            check_param(self, name, v, is_real(v) and v > 0, "a positive number of seconds")
-        check_param(self, "random_state", random_state, random_state is None or is_int(random_state), "None or an int")
+        validate_parameters(self, self._params(), self._parameter_constraints)
         self._inner = inner if inner is not None else FedAvg(fraction_evaluate=0.0, min_available_nodes=1)
         self._node_of: dict[int, int] = {}
         self._client_of: dict[int, int] = {}
@@ -601,6 +616,10 @@ class SelectorStrategy(Strategy):
         ``timeout`` bounds the federated evaluation's wait; ``evaluate_fn(server_round, arrays)``
         is a centralised evaluation run before the first round and after every round.
         """
+        # Again (attributes may have been changed since construction), and the selector: an unknown
+        # name or a bad selector parameter fails here, before any message is sent.
+        validate_parameters(self, self._params(), self._parameter_constraints)
+        self._resolved_selector()
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
         result = Result()
@@ -661,19 +680,22 @@ class SelectorStrategy(Strategy):
         if extra:
             raise RuntimeError(f"SelectorStrategy: client id(s) {extra[:5]} reported, but N={N} (ids are 0..N-1)")
         self.n_clients_ = int(N)
-        sel = self.selector
-        if isinstance(sel, str):
-            from ..plugins import get_selector
-
-            sel = get_selector(sel)
-        if not isinstance(sel, BaseSelector):
-            raise TypeError(f"SelectorStrategy: selector={sel!r} is not a fedselect BaseSelector or a registered name")
-        sel = clone(sel)
+        sel = clone(self._resolved_selector())
         params = sel.get_params(deep=False)
         if "random_state" in params and params["random_state"] is None and self.random_state is not None:
             sel.set_params(random_state=int(np.random.SeedSequence(int(self.random_state)).generate_state(3)[1]))
         sel.fit(ClientPool(np.array([self._n_samples[k] for k in range(N)], dtype=np.int64)))
         self.selector_ = sel
+
+    def _resolved_selector(self) -> BaseSelector:
+        """The selector (a registered name resolved), its own parameters validated."""
+        sel = self.selector
+        if isinstance(sel, str):
+            from ..plugins import get_selector
+
+            sel = get_selector(sel)
+        sel._validate_params()
+        return sel
 
     def _refresh_nodes(self, grid: Grid) -> None:
         nodes = set(int(n) for n in grid.get_node_ids())

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("flwr")
 
 import fedselect
+from fedselect._validation import InvalidParameterError, invalid_values
 from fedselect.flower import (
     FederationClients,
     FlowerRoundWarning,
@@ -360,3 +361,40 @@ def test_strategy_parameter_errors_name_the_parameter():
         SelectorStrategy("random", aggregation="median")
     with pytest.raises(ValueError, match="query_timeout"):
         SelectorStrategy("random", query_timeout=-1)
+    with pytest.raises(ValueError, match=r"random_state=-1 is invalid; expected None or an int in \[0, 2\*\*32 - 1\]"):
+        SelectorStrategy("random", random_state=-1)
+
+
+@pytest.mark.parametrize("name", sorted(SelectorStrategy._parameter_constraints))
+def test_every_invalid_parameter_is_refused_at_construction(name):
+    bad = invalid_values(SelectorStrategy._parameter_constraints[name])
+    assert bad
+    args = {"selector": "random"}
+    for value in bad:
+        kw = {**args, name: value}
+        selector = kw.pop("selector")
+        with pytest.raises(InvalidParameterError, match=rf"SelectorStrategy: parameter {name}="):
+            SelectorStrategy(selector, **kw)
+
+
+def test_valid_edge_values_are_accepted():
+    SelectorStrategy(fedselect.get_selector("random"), clients_per_round=1, n_clients=1, aggregation=None,
+                     query_timeout=1e-3, train_timeout=0.5, connect_timeout=1, random_state=2**32 - 1,
+                     partial_weights="as-given")
+    SelectorStrategy("fedcor", random_state=0, aggregation="mean", inner=None)
+
+
+@pytest.mark.parametrize("change", ["unknown selector", "bad selector parameter", "bad strategy attribute"])
+def test_a_bad_setup_fails_at_start_before_any_message(fed8, change):
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+    grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
+    strategy = SelectorStrategy("random", clients_per_round=2)
+    if change == "unknown selector":
+        strategy.selector, match = "no-such-scheme", "no-such-scheme"
+    elif change == "bad selector parameter":
+        strategy.selector, match = fedselect.get_selector("power-of-choice").set_params(d=0), "d=0"
+    else:
+        strategy.random_state, match = -1, "random_state=-1"
+    with pytest.raises((ValueError, KeyError, LookupError), match=match):
+        strategy.start(grid, clients.initial_arrays(), num_rounds=1)
+    assert grid.sent == []
