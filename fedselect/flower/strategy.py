@@ -95,8 +95,14 @@ class FlowerOracle(ClientOracle):
 
     ``local_updates(ids, transform)`` cannot ship ``transform`` (arbitrary server code) to
     the clients: each client uploads its full update (one model up, charged) and the
-    server applies ``transform``. The update is then held by the server, so a client
-    chosen later in the round is neither trained nor asked again.
+    server applies ``transform``; the simulator charges the transformed floats instead
+    (``floats_up``), and a full model up only for the clients then chosen. The update is
+    then held by the server, so a client chosen later in the round is not trained again
+    (only its loss on ``w^t`` is asked, as every reporter's is).
+
+    Clients without a live node are failed from the start of the round: questions about
+    them answer NaN without a message. A reply that cannot be used (no finite ``loss``, no
+    update, non-integer counts) fails its client for the round, like a timeout.
     """
 
     def __init__(self, strategy: SelectorStrategy, grid: Grid, ledger: RoundLedger, theta: np.ndarray,
@@ -316,7 +322,11 @@ class SelectorStrategy(Strategy):
     2. the selector chooses with a :class:`FlowerOracle` that asks the clients through the
        Grid and charges a :class:`~fedselect.ledger.RoundLedger`;
     3. the chosen clients whose update the server does not already hold get a ``train``
-       message (with ``w^t`` unless they received it earlier this round);
+       message (with ``w^t`` unless they received it earlier this round; it asks their loss
+       on ``w^t`` too when not yet known); the chosen clients whose update it already holds
+       (trained for an oracle question) are asked only their loss, when not yet known, with
+       a ``query.fedselect_loss`` on their cached ``w^t`` after training, as the simulator
+       asks every reporter's loss (one scalar up each, no model down);
     4. the reporting clients' deltas ``w_k - w^t`` are aggregated: with the selection's
        weights as given (unnormalised, like the simulator; ``partial_weights`` when some
        chosen clients did not report) when it carries weights, else by
@@ -326,9 +336,18 @@ class SelectorStrategy(Strategy):
     5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
        reported; evaluation is ``inner``'s.
 
-    A client that does not answer in time, answers with an error or whose node is gone
-    is left out of the round (NaN to the oracle, absent from the feedback). Fewer live
-    clients than ``clients_per_round`` shrinks the round with a warning.
+    A client that does not answer in time, answers with an error or with a reply that
+    cannot be used (no finite ``loss``, no update, counts that are not integers; logged),
+    or whose node is gone is left out of the round (NaN to the oracle, absent from the
+    feedback). A hello that cannot be used is logged and its node is not mapped to a client.
+
+    A client without a live node at the start of a round is unavailable for the whole
+    round: its ledger marks it failed from the start, so oracle questions about it answer
+    NaN without a message and cost nothing (a trial model is charged per message actually
+    sent). Fewer live clients than ``clients_per_round`` shrinks the round to the live count
+    with a :class:`FlowerRoundWarning`. The selector is not told which clients are live: a
+    selector that asks no question (random, round-robin, data-size, ...) can still choose a
+    disconnected client, which then simply fails, and the round aggregates fewer clients.
 
     Parameters
     ----------
