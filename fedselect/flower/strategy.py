@@ -7,8 +7,9 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from logging import INFO
-from typing import Any
+from logging import INFO, WARNING
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -18,8 +19,9 @@ from flwr.serverapp.strategy import FedAvg, Result, Strategy
 from flwr.supercore import log
 from sklearn.base import clone
 
+from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
 from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
-from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_param, is_int, is_real
+from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 from . import _protocol as P
 
 __all__ = ["FlowerOracle", "FlowerRound", "SelectorStrategy"]
@@ -93,8 +95,14 @@ class FlowerOracle(ClientOracle):
 
     ``local_updates(ids, transform)`` cannot ship ``transform`` (arbitrary server code) to
     the clients: each client uploads its full update (one model up, charged) and the
-    server applies ``transform``. The update is then held by the server, so a client
-    chosen later in the round is neither trained nor asked again.
+    server applies ``transform``; the simulator charges the transformed floats instead
+    (``floats_up``), and a full model up only for the clients then chosen. The update is
+    then held by the server, so a client chosen later in the round is not trained again
+    (only its loss on ``w^t`` is asked, as every reporter's is).
+
+    Clients without a live node are failed from the start of the round: questions about
+    them answer NaN without a message. A reply that cannot be used (no finite ``loss``, no
+    update, non-integer counts) fails its client for the round, like a timeout.
     """
 
     def __init__(self, strategy: SelectorStrategy, grid: Grid, ledger: RoundLedger, theta: np.ndarray,
@@ -124,18 +132,20 @@ class FlowerOracle(ClientOracle):
         return RecordDict({"config": cfg})
 
     def _ask(self, ids: np.ndarray, message_type: str, kind: str, extra: dict[str, Any],
-             model: np.ndarray | None = None) -> dict[int, RecordDict]:
-        """Send one message per id and return the content of each valid reply by client id.
+             model: np.ndarray | None = None) -> tuple[dict[int, RecordDict], int]:
+        """Send one message per id; return the content of each reply by client id, and the messages sent.
 
-        Ids without a live node and ids that time out or answer with an error are marked
-        failed on the ledger.
+        Ids that time out or answer with an error are marked failed on the ledger. The
+        callers pass only clients that have not failed; a client without a live node is
+        failed from the start of the round (``RoundLedger(unavailable=...)``), so it gets
+        no message and is charged nothing.
         """
         led = self._led
         newly = set(led.send_model(ids).tolist()) if model is None else set()
         messages = []
         for k in ids.tolist():
             node = self._st._node_of.get(k)
-            if node is None:  # the node is gone: no message, the client fails below
+            if node is None:  # the node vanished during the round: no message, the client fails below
                 continue
             content = self._content(k, newly, extra, model)
             messages.append(Message(content, node, message_type, group_id=str(self.round + 1)))
@@ -144,18 +154,33 @@ class FlowerOracle(ClientOracle):
         failed = [k for k in ids.tolist() if k not in got]
         if failed:
             led.mark_failed(np.asarray(failed, dtype=np.int64))
-        return got
+        return got, len(messages)
 
     def _train(self, ids: np.ndarray, purpose: str) -> dict[int, tuple[np.ndarray, int, int]]:
-        got = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose})
+        got, _ = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose})
         out = {}
         for k, content in got.items():
             try:
                 out[k] = self._st._parse_update(content)
-            except (KeyError, ValueError) as exc:
-                log(INFO, "fedselect: client %d sent an unusable update (%s); left out", k, exc)
-                self._led.mark_failed(np.array([k]))
+            except (KeyError, TypeError, ValueError) as exc:
+                _reject(self._led, k, "update", exc)
         return out
+
+    def _loss_replies(self, ids: np.ndarray, got: dict[int, RecordDict]) -> tuple[list[int], list[float], int]:
+        """The usable loss replies of ``ids`` (in order): ids, values, samples evaluated; the others fail."""
+        ok, values, evaluated = [], [], 0
+        for k in ids.tolist():
+            if k not in got:
+                continue
+            try:
+                value, n = _parse_loss(got[k])
+            except _BadReply as exc:
+                _reject(self._led, k, "loss", exc)
+                continue
+            ok.append(k)
+            values.append(value)
+            evaluated += n
+        return ok, values, evaluated
 
     # -- the oracle -----------------------------------------------------------------
     def losses(self, ids: Any) -> np.ndarray:
@@ -163,11 +188,9 @@ class FlowerOracle(ClientOracle):
         ids = led.ids(ids, "oracle.losses")
         ask = led.losses_to_ask(ids)
         if ask.size:
-            got = self._ask(ask, P.LOSS, "loss", {})
-            ok = np.array([k for k in ask.tolist() if k in got], dtype=np.int64)
-            values = np.array([float(got[k]["metrics"][P.LOSS_KEY]) for k in ok.tolist()])
-            evaluated = int(sum(int(got[k]["metrics"].get(P.EVALUATED, 0)) for k in ok.tolist()))
-            led.record_losses(ok, values, samples_evaluated=evaluated)
+            got, _ = self._ask(ask, P.LOSS, "loss", {})
+            ok, values, evaluated = self._loss_replies(ask, got)
+            led.record_losses(np.asarray(ok, dtype=np.int64), np.asarray(values), samples_evaluated=evaluated)
         return led.loss(ids)
 
     def trial(self, ids: Any) -> np.ndarray:
@@ -184,13 +207,12 @@ class FlowerOracle(ClientOracle):
         w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
         theta_trial = _apply(self._theta, np.stack([np.asarray(led.update(int(k))) for k in alive]), w)
         everyone = led.alive(np.arange(self.n_clients))
-        answers = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=theta_trial)
+        answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=theta_trial)
+        ok, values, evaluated = self._loss_replies(everyone, answers)
         after = np.full(self.n_clients, np.nan)
-        evaluated = 0
-        for k, content in answers.items():
-            after[k] = float(content["metrics"][P.LOSS_KEY])
-            evaluated += int(content["metrics"].get(P.EVALUATED, 0))
-        led.record_trial(len(answers), samples_evaluated=evaluated)
+        after[ok] = values
+        # The trial model is charged per message actually sent (clients with a live node that had not failed).
+        led.record_trial(len(ok), samples_evaluated=evaluated, n_sent=n_sent)
         out = after - base
         out[sorted(led.failed)] = np.nan
         return out
@@ -245,6 +267,50 @@ def _apply(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) -> np.nda
     return (t + (w.unsqueeze(1) * d).sum(0)).numpy()
 
 
+class _BadReply(ValueError):
+    """A client's reply that cannot be used (missing keys, wrong types, a non-finite value)."""
+
+
+def _reply_metrics(content: RecordDict) -> Any:
+    metrics = content.metric_records.get("metrics")
+    if metrics is None:
+        raise _BadReply("the reply has no 'metrics' record")
+    return metrics
+
+
+def _metric_int(metrics: Any, key: str, *, default: int | None = None, minimum: int = 0) -> int:
+    """``metrics[key]`` as an int >= ``minimum`` (``default`` when absent; _BadReply when absent without one)."""
+    if key not in metrics:
+        if default is None:
+            raise _BadReply(f"the reply has no {key!r}")
+        return default
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or \
+            not np.isfinite(value) or float(value) != int(value) or value < minimum:
+        raise _BadReply(f"{key!r}={value!r} is not an integer >= {minimum}")
+    return int(value)
+
+
+def _parse_loss(content: RecordDict) -> tuple[float, int]:
+    """(l_k, samples evaluated) of a loss reply; _BadReply unless the loss is a finite number."""
+    metrics = _reply_metrics(content)
+    if P.LOSS_KEY not in metrics:
+        raise _BadReply(f"the reply has no {P.LOSS_KEY!r}")
+    value = metrics[P.LOSS_KEY]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not a number")
+    if not np.isfinite(value):
+        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not finite")
+    return float(value), _metric_int(metrics, P.EVALUATED, default=0)
+
+
+def _reject(ledger: RoundLedger, k: int, what: str, exc: Exception) -> None:
+    """Log an unusable reply and mark its client failed for the round."""
+    log(WARNING, "fedselect: round %d: client %d sent an unusable %s reply (%s); left out of the round",
+        ledger.round, k, what, exc)
+    ledger.mark_failed(np.array([k], dtype=np.int64))
+
+
 class SelectorStrategy(Strategy):
     """Run a fedselect selector in a Flower federation (Message API).
 
@@ -256,7 +322,11 @@ class SelectorStrategy(Strategy):
     2. the selector chooses with a :class:`FlowerOracle` that asks the clients through the
        Grid and charges a :class:`~fedselect.ledger.RoundLedger`;
     3. the chosen clients whose update the server does not already hold get a ``train``
-       message (with ``w^t`` unless they received it earlier this round);
+       message (with ``w^t`` unless they received it earlier this round; it asks their loss
+       on ``w^t`` too when not yet known); the chosen clients whose update it already holds
+       (trained for an oracle question) are asked only their loss, when not yet known, with
+       a ``query.fedselect_loss`` on their cached ``w^t`` after training, as the simulator
+       asks every reporter's loss (one scalar up each, no model down);
     4. the reporting clients' deltas ``w_k - w^t`` are aggregated: with the selection's
        weights as given (unnormalised, like the simulator; ``partial_weights`` when some
        chosen clients did not report) when it carries weights, else by
@@ -266,9 +336,18 @@ class SelectorStrategy(Strategy):
     5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
        reported; evaluation is ``inner``'s.
 
-    A client that does not answer in time, answers with an error or whose node is gone
-    is left out of the round (NaN to the oracle, absent from the feedback). Fewer live
-    clients than ``clients_per_round`` shrinks the round with a warning.
+    A client that does not answer in time, answers with an error or with a reply that
+    cannot be used (no finite ``loss``, no update, counts that are not integers; logged),
+    or whose node is gone is left out of the round (NaN to the oracle, absent from the
+    feedback). A hello that cannot be used is logged and its node is not mapped to a client.
+
+    A client without a live node at the start of a round is unavailable for the whole
+    round: its ledger marks it failed from the start, so oracle questions about it answer
+    NaN without a message and cost nothing (a trial model is charged per message actually
+    sent). Fewer live clients than ``clients_per_round`` shrinks the round to the live count
+    with a :class:`FlowerRoundWarning`. The selector is not told which clients are live: a
+    selector that asks no question (random, round-robin, data-size, ...) can still choose a
+    disconnected client, which then simply fails, and the round aggregates fewer clients.
 
     Parameters
     ----------
@@ -290,7 +369,7 @@ class SelectorStrategy(Strategy):
         Seconds to wait for the answers to one oracle query, and for the train replies.
     connect_timeout : float
         Seconds the first round waits for all N clients to connect.
-    random_state : int, optional
+    random_state : int in [0, 2**32 - 1], optional
         Seeds a selector whose own ``random_state`` is None, derived as
         :class:`fedselect.FederatedTrainer` derives it, so one seed chooses the same
         clients in both worlds.
@@ -298,6 +377,13 @@ class SelectorStrategy(Strategy):
         Weights a selection carries, when some chosen clients do not report: rescaled to
         keep their total or kept as given, as in the simulator
         (:func:`fedselect.ledger.reporter_weights`).
+
+    Raises
+    ------
+    fedselect._validation.InvalidParameterError
+        (a ValueError and a TypeError) at construction for a parameter outside the
+        declared ``_parameter_constraints``, naming it; :meth:`start` checks them again
+        and resolves and validates the selector before sending any message.
 
     Attributes
     ----------
@@ -308,6 +394,22 @@ class SelectorStrategy(Strategy):
     client_nodes_ : dict of int to int
         Client id to Flower node id, as of the last round.
     """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "selector": [InstanceOf(str, "a registered selector name"), InstanceOf(BaseSelector, "a BaseSelector")],
+        "inner": [None, InstanceOf(Strategy, "a flwr Strategy")],
+        "clients_per_round": [Interval(Integral, 1, None, closed="left")],
+        "n_clients": [None, Interval(Integral, 1, None, closed="left")],
+        "aggregation": [None, StrOptions([a for a in _AGGREGATIONS if a is not None])],
+        "query_timeout": [Interval(Real, 0, None, closed="neither")],
+        "train_timeout": [Interval(Real, 0, None, closed="neither")],
+        "connect_timeout": [Interval(Real, 0, None, closed="neither")],
+        "random_state": [None, Interval(Integral, 0, 2**32 - 1, closed="both")],
+        "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
+    }
+
+    def _params(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._parameter_constraints}
 
     def __init__(
         self,
@@ -333,17 +435,7 @@ class SelectorStrategy(Strategy):
         self.connect_timeout = connect_timeout
         self.random_state = random_state
         self.partial_weights = partial_weights
-        check_param(self, "partial_weights", partial_weights, partial_weights in PARTIAL_WEIGHTS,
-                    f"one of {PARTIAL_WEIGHTS}")
-        check_param(self, "clients_per_round", clients_per_round, is_int(clients_per_round) and clients_per_round >= 1,
-                    "an integer >= 1")
-        check_param(self, "n_clients", n_clients, n_clients is None or (is_int(n_clients) and n_clients >= 1),
-                    "None or an integer >= 1")
-        check_param(self, "aggregation", aggregation, aggregation in _AGGREGATIONS, f"one of {_AGGREGATIONS}")
-        for name in ("query_timeout", "train_timeout", "connect_timeout"):
-            v = getattr(self, name)
-            check_param(self, name, v, is_real(v) and v > 0, "a positive number of seconds")
-        check_param(self, "random_state", random_state, random_state is None or is_int(random_state), "None or an int")
+        validate_parameters(self, self._params(), self._parameter_constraints)
         self._inner = inner if inner is not None else FedAvg(fraction_evaluate=0.0, min_available_nodes=1)
         self._node_of: dict[int, int] = {}
         self._client_of: dict[int, int] = {}
@@ -391,7 +483,7 @@ class SelectorStrategy(Strategy):
         ids = selection.clients
         todo = led.to_train(ids)
         newly = set(led.send_model(todo).tolist())
-        messages, msg_client = [], {}
+        messages, msg_client, need_loss = [], {}, set()
         for k in todo.tolist():
             node = self._node_of.get(k)
             if node is None:
@@ -401,7 +493,9 @@ class SelectorStrategy(Strategy):
             cfg[P.PURPOSE] = "main"
             cfg[P.MODEL_KIND] = "global"
             cfg["server-round"] = int(server_round)
-            cfg[P.NEED_LOSS] = bool(np.isnan(led.loss(np.array([k]))[0]))
+            cfg[P.NEED_LOSS] = not led.has_loss(k)
+            if cfg[P.NEED_LOSS]:
+                need_loss.add(k)
             if k in newly:
                 content = RecordDict({"arrays": arrays, "config": cfg})
             else:
@@ -413,7 +507,7 @@ class SelectorStrategy(Strategy):
         if gone:
             led.mark_failed(np.asarray(gone, dtype=np.int64))
         self._pending = {"t": t, "ledger": led, "selection": selection, "theta": theta, "todo": todo,
-                         "start": start}
+                         "need_loss": need_loss, "oracle": oracle, "start": start}
         self._count("train", messages, down=True)
         return messages
 
@@ -434,14 +528,14 @@ class SelectorStrategy(Strategy):
                 continue
             try:
                 delta, s, g = self._parse_update(content)
-            except (KeyError, ValueError) as exc:
-                log(INFO, "fedselect: client %d sent an unusable update (%s); left out", k, exc)
+                loss = _parse_loss(content) if k in st["need_loss"] else None
+            except (KeyError, TypeError, ValueError) as exc:
+                _reject(led, k, "train", exc)
                 continue
-            metrics = content["metrics"]
-            if P.LOSS_KEY in metrics:
+            if loss is not None:
                 loss_ids.append(k)
-                losses.append(float(metrics[P.LOSS_KEY]))
-                evaluated += int(metrics.get(P.EVALUATED, 0))
+                losses.append(loss[0])
+                evaluated += loss[1]
             ok.append(k)
             updates.append(delta)
             steps += s
@@ -454,6 +548,13 @@ class SelectorStrategy(Strategy):
         if loss_ids:
             led.record_losses(np.asarray(loss_ids, dtype=np.int64), np.asarray(losses), samples_evaluated=evaluated)
         ids = selection.clients
+        # A chosen client whose update the server already held (trained for an oracle question) got no
+        # train message; its loss on w^t, if still unknown, is asked now (the cached model: no model down,
+        # one scalar up), as the simulator asks every reporter's unknown loss (SimulationOracle.run_selection).
+        held = np.array([k for k in ids.tolist() if not led.is_failed(k) and led.trained(k)], dtype=np.int64)
+        ask = led.losses_to_ask(held) if held.size else held
+        if ask.size:
+            st["oracle"].losses(ask)
         keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
         reported = ids[keep]
         led.upload(reported)
@@ -534,6 +635,10 @@ class SelectorStrategy(Strategy):
         ``timeout`` bounds the federated evaluation's wait; ``evaluate_fn(server_round, arrays)``
         is a centralised evaluation run before the first round and after every round.
         """
+        # Again (attributes may have been changed since construction), and the selector: an unknown
+        # name or a bad selector parameter fails here, before any message is sent.
+        validate_parameters(self, self._params(), self._parameter_constraints)
+        self._resolved_selector()
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
         result = Result()
@@ -586,26 +691,30 @@ class SelectorStrategy(Strategy):
                 lost = [k for k in range(N) if k not in self._n_samples]
                 raise RuntimeError(
                     f"SelectorStrategy: after connect_timeout={self.connect_timeout}s, client(s) {lost[:10]} of "
-                    f"N={N} never connected; the selector needs every client's n_k to start"
+                    f"N={N} never connected (or sent an unusable hello: see the log); the selector needs every "
+                    "client's n_k to start"
                 )
             time.sleep(0.2)
         extra = [k for k in self._n_samples if k >= N]
         if extra:
             raise RuntimeError(f"SelectorStrategy: client id(s) {extra[:5]} reported, but N={N} (ids are 0..N-1)")
         self.n_clients_ = int(N)
-        sel = self.selector
-        if isinstance(sel, str):
-            from ..plugins import get_selector
-
-            sel = get_selector(sel)
-        if not isinstance(sel, BaseSelector):
-            raise TypeError(f"SelectorStrategy: selector={sel!r} is not a fedselect BaseSelector or a registered name")
-        sel = clone(sel)
+        sel = clone(self._resolved_selector())
         params = sel.get_params(deep=False)
         if "random_state" in params and params["random_state"] is None and self.random_state is not None:
             sel.set_params(random_state=int(np.random.SeedSequence(int(self.random_state)).generate_state(3)[1]))
         sel.fit(ClientPool(np.array([self._n_samples[k] for k in range(N)], dtype=np.int64)))
         self.selector_ = sel
+
+    def _resolved_selector(self) -> BaseSelector:
+        """The selector (a registered name resolved), its own parameters validated."""
+        sel = self.selector
+        if isinstance(sel, str):
+            from ..plugins import get_selector
+
+            sel = get_selector(sel)
+        sel._validate_params()
+        return sel
 
     def _refresh_nodes(self, grid: Grid) -> None:
         nodes = set(int(n) for n in grid.get_node_ids())
@@ -618,22 +727,32 @@ class SelectorStrategy(Strategy):
             return
         messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in new]
         replies = self._exchange(grid, messages, self.query_timeout, "hello")
+        N = getattr(self, "n_clients_", self.n_clients)
         for msg in replies:
+            node = int(msg.metadata.src_node_id)
             if msg.has_error():
+                log(INFO, "fedselect: node %d answered hello with an error: %s", node, msg.error.reason)
                 continue
-            m = msg.content["metrics"]
-            k, node = int(m[P.CLIENT_ID]), int(msg.metadata.src_node_id)
+            try:
+                m = _reply_metrics(msg.content)
+                k = _metric_int(m, P.CLIENT_ID)
+                n_k = _metric_int(m, P.NUM_EXAMPLES, minimum=1)
+                n_reported = _metric_int(m, P.NUM_PARTITIONS, minimum=1) if P.NUM_PARTITIONS in m else None
+                if N is not None and k >= N:
+                    raise _BadReply(f"client id {k} is not below N={N}")
+            except _BadReply as exc:  # the node is not mapped to a client (asked again next round)
+                log(WARNING, "fedselect: node %d sent an unusable hello (%s); ignored", node, exc)
+                continue
             if k in self._node_of and self._node_of[k] != node:
                 log(INFO, "fedselect: client %d moved from node %d to node %d", k, self._node_of[k], node)
                 self._client_of.pop(self._node_of[k], None)
             self._node_of[k] = node
             self._client_of[node] = k
-            n_k = int(m[P.NUM_EXAMPLES])
             if k in self._n_samples and self._n_samples[k] != n_k and hasattr(self, "selector_"):
                 log(INFO, "fedselect: client %d now reports n_k=%d (fitted with %d)", k, n_k, self._n_samples[k])
             self._n_samples.setdefault(k, n_k)
-            if P.NUM_PARTITIONS in m:
-                self._reported_n = int(m[P.NUM_PARTITIONS])
+            if n_reported is not None:
+                self._reported_n = n_reported
 
     @property
     def client_nodes_(self) -> dict[int, int]:
@@ -672,11 +791,15 @@ class SelectorStrategy(Strategy):
         return out
 
     def _parse_update(self, content: RecordDict) -> tuple[np.ndarray, int, int]:
-        delta = self._layout.flatten(content["update"], "update")
+        """(delta, local steps, sample gradients) of an update reply; ValueError/TypeError if unusable."""
+        record = content.array_records.get("update")
+        if record is None:
+            raise _BadReply("the reply has no 'update' arrays")
+        delta = self._layout.flatten(record, "update")
         if not np.all(np.isfinite(delta)):
-            raise ValueError("the update holds NaN or inf")
-        m = content["metrics"]
-        return delta, int(m.get(P.STEPS, 0)), int(m.get(P.SAMPLE_GRADIENTS, 0))
+            raise _BadReply("the update holds NaN or inf")
+        m = _reply_metrics(content)
+        return delta, _metric_int(m, P.STEPS, default=0), _metric_int(m, P.SAMPLE_GRADIENTS, default=0)
 
     def _rule_weights(self, selection: Selection) -> np.ndarray:
         counts = selection.counts if selection.counts is not None else np.ones(len(selection))

@@ -27,3 +27,29 @@ def fed8():
 @pytest.fixture(scope="module")
 def fed10_digits():
     return make_federation("digits", partition="shards", n_clients=10, random_state=2)
+
+
+def recording(cls):
+    """A subclass of selector class ``cls`` that keeps every RoundFeedback it learns from (``feedbacks_``)."""
+
+    class Recording(cls):
+        def _fit(self, pool):
+            super()._fit(pool)
+            self.feedbacks_ = []
+
+        def update(self, feedback):
+            self.feedbacks_.append(feedback)
+            return super().update(feedback)
+
+    Recording.__name__ = cls.__name__
+    return Recording
+
+
+def round_messages(grid, t):
+    """The fedselect messages (queries and train) the strategy sent in round t (hellos excluded)."""
+    return [m for m in grid.sent if m.metadata.group_id == str(t + 1)]
+
+
+def models_sent(grid, t):
+    """How many of round t's messages carried a model (w^t or a trial model): what models_down must count."""
+    return sum(1 for m in round_messages(grid, t) if "arrays" in m.content.array_records)

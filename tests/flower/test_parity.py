@@ -1,5 +1,6 @@
 """The same scheme in both worlds: Flower chooses the clients FederatedTrainer chooses, at the same costs."""
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
@@ -8,7 +9,7 @@ import fedselect
 from fedselect import FederatedTrainer
 from fedselect.flower import FederationClients, LocalGrid, SelectorStrategy
 
-from .conftest import TRAIN
+from .conftest import TRAIN, recording
 
 SCHEMES = {
     "random": {},
@@ -43,3 +44,47 @@ def test_flower_chooses_what_the_simulator_chooses(fed20, name):
     assert result.evaluate_metrics_serverapp[rounds]["test-loss"] == pytest.approx(
         trainer.history_.rounds[-1].test_loss, abs=1e-12
     )
+
+
+# Selectors that train clients inside ``select`` (oracle.local_updates with a transform): the chosen
+# clients' updates are on the server before the round trains anyone, and their losses must still be asked.
+PROBING = {
+    "ocs": {},
+    "hcsfed": {"n_clusters": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROBING))
+def test_probing_selectors_match_the_simulator(fed20, name):
+    rounds, seed, N = 8, 5, fed20.n_clients
+    cls = type(fedselect.get_selector(name))
+    selector = recording(cls)(**PROBING[name])
+    trainer = FederatedTrainer(
+        selector=selector, clients_per_round=4, rounds=rounds, aggregation="data-size", random_state=seed, **TRAIN
+    ).fit(fed20)
+    clients = FederationClients(fed20, random_state=seed, pooled_losses=True, **TRAIN)
+    grid = LocalGrid(clients.client_app(), N, seed=11)
+    strategy = SelectorStrategy(selector, clients_per_round=4, aggregation="data-size", random_state=seed)
+    result = strategy.start(grid, clients.initial_arrays(), num_rounds=rounds)
+
+    dim = 1 if name == "ocs" else trainer.selector_.compressed_dim_
+    for sim, fl, fb_sim, fb_fl in zip(trainer.history_.rounds, strategy.rounds_, trainer.selector_.feedbacks_,
+                                      strategy.selector_.feedbacks_):
+        assert fl.clients == sim.clients, f"round {sim.round}"
+        assert fl.reported == sim.clients and fl.failed == []
+        a, b = fl.costs.to_dict(), sim.costs.to_dict()
+        # Every chosen client's loss on w^t reaches the server (one scalar up each), as in the simulator.
+        assert a["scalars_up"] == len(sim.clients)
+        assert {k: v for k, v in a.items() if k not in ("models_up", "floats_up")} == \
+            {k: v for k, v in b.items() if k not in ("models_up", "floats_up")}, f"round {sim.round}"
+        # The documented difference: Flower cannot ship the transform, so every probed client uploads its
+        # full update (N models up, no compressed floats); the simulator uploads N transformed vectors of
+        # `dim` floats and the full updates of the reporters only.
+        assert a["models_up"] == N and a["floats_up"] == 0
+        assert b["models_up"] == len(sim.clients) and b["floats_up"] == N * dim
+        assert fb_fl.clients.tolist() == fb_sim.clients.tolist()
+        assert np.isfinite(fb_fl.losses).all()
+        np.testing.assert_allclose(fb_fl.losses, fb_sim.losses, rtol=1e-6)
+        assert fl.weights == pytest.approx(sim.weights, rel=1e-12)
+    assert len(strategy.selector_.feedbacks_) == rounds
+    assert np.isfinite(result.train_metrics_clientapp[rounds]["fedselect-train-loss-before"])

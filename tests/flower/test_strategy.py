@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("flwr")
 
 import fedselect
+from fedselect._validation import InvalidParameterError, invalid_values
 from fedselect.flower import (
     FederationClients,
     FlowerRoundWarning,
@@ -17,7 +18,7 @@ from fedselect.flower import (
 )
 from fedselect.selection import BaseSelector, Selection
 
-from .conftest import TRAIN
+from .conftest import TRAIN, models_sent, recording, round_messages
 
 
 def _run(fed, selector, rounds=3, faults=None, remove=(), clients_per_round=3, **kw):
@@ -105,18 +106,84 @@ def test_a_failed_candidate_answers_nan_and_the_round_goes_on(fed8):
 def test_fewer_live_nodes_than_asked_shrinks_the_round(fed8):
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy("random", clients_per_round=4, random_state=0)
+    strategy = SelectorStrategy("random", clients_per_round=4, random_state=0, aggregation="data-size")
+    gone = {grid.node_of_partition(p) for p in range(5)}
 
     def after_round(server_round, arrays):  # everybody connected in round 0; then 5 nodes vanish
         if server_round == 1:
-            for partition in range(5):
-                grid.remove_node(grid.node_of_partition(partition))
+            for node in gone:
+                grid.remove_node(node)
 
-    with pytest.warns(FlowerRoundWarning, match="3 live client"):
+    with pytest.warns(FlowerRoundWarning, match="round 1 has 3 live client"):
+        strategy.start(grid, clients.initial_arrays(), num_rounds=8, evaluate_fn=after_round)
+    assert len(strategy.rounds_[0].clients) == 4 and len(strategy.rounds_[0].reported) == 4
+    later = strategy.rounds_[1:]
+    for t, rec in enumerate(later, start=1):
+        assert len(rec.clients) == 3  # the round shrank to the live count
+        # random does not know who is live: it may choose a gone client, which simply fails
+        assert rec.reported == [k for k in rec.clients if k >= 5]
+        assert set(range(5)) <= set(rec.failed)
+        assert not any(m.metadata.dst_node_id in gone for m in round_messages(grid, t))
+        # a gone client gets no message and is charged nothing
+        assert rec.costs.models_down == rec.costs.local_trainings == rec.costs.models_up == len(rec.reported)
+    assert any(rec.reported for rec in later)
+    assert any(set(rec.clients) & set(range(5)) for rec in later)  # the case the docs describe did happen
+
+
+def test_a_gone_client_answers_nan_without_a_message(fed8):
+    seen = []
+
+    class AskAll(BaseSelector):
+        def __init__(self):
+            pass
+
+        def _fit(self, pool):
+            pass
+
+        def _select(self, n, *, round, oracle):
+            seen.append((oracle.losses(np.arange(8)), oracle.local_updates([0, 6])))
+            return Selection([6, 7][:n])
+
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+    grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
+    strategy = SelectorStrategy(AskAll(), clients_per_round=2, random_state=0, aggregation="data-size")
+
+    def after_round(server_round, arrays):
+        if server_round == 1:
+            for p in range(5):
+                grid.remove_node(grid.node_of_partition(p))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowerRoundWarning)
         strategy.start(grid, clients.initial_arrays(), num_rounds=2, evaluate_fn=after_round)
-    rec = strategy.rounds_[-1]
-    assert len(rec.clients) == 3
-    assert set(rec.reported) <= {5, 6, 7}  # the gone clients never report
+    losses, updates = seen[1]
+    assert np.isnan(losses[:5]).all() and np.isfinite(losses[5:]).all()
+    assert np.isnan(updates[0]).all() and np.isfinite(updates[1]).all()
+    assert sorted(grid.contexts[m.metadata.dst_node_id].node_config["partition-id"]
+                  for m in round_messages(grid, 1)) == [5, 6, 6, 7, 7]  # losses of 5..7, the update of 6, 7's train
+    rec = strategy.rounds_[1]
+    assert rec.costs.models_down == 3 and rec.costs.scalars_up == 3 and rec.costs.local_trainings == 2
+    assert rec.reported == [6, 7]
+
+
+def test_the_trial_model_is_charged_per_message_sent(fed8):
+    fedcor = fedselect.get_selector("fedcor", warmup_rounds=1, gp_interval=2, warmup_iters=5, gp_iters=5)
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+    grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
+    strategy = SelectorStrategy(fedcor, clients_per_round=2, random_state=0, aggregation="data-size")
+
+    def after_round(server_round, arrays):
+        if server_round == 2:  # round 2 is a GP round with a trial; client 4's node is gone by then
+            grid.remove_node(grid.node_of_partition(4))
+
+    strategy.start(grid, clients.initial_arrays(), num_rounds=3, evaluate_fn=after_round)
+    rec = strategy.rounds_[2]
+    trial_models = [m for m in round_messages(grid, 2)
+                    if m.content.config_records["config"].get("fedselect-model") == "trial"]
+    assert len(trial_models) == 7  # the trial model went to the 7 live clients
+    assert 4 in rec.failed
+    assert rec.costs.models_down == models_sent(grid, 2)  # w^t to the 7 live clients + 7 trial models
+    assert rec.costs.models_down == 7 + 7
 
 
 def test_trial_and_update_queries_cost_what_the_simulator_charges(fed8):
@@ -187,6 +254,13 @@ def test_inner_fedavg_rule_when_the_selection_has_no_weights(fed8):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+# Short warm-ups and intervals so that each selector's paid questions run while clients fail.
+UNDER_FAILURES = {
+    "hcsfed": {"n_clusters": 2},
+    "fedcor": {"warmup_rounds": 1, "gp_interval": 2, "warmup_iters": 5, "gp_iters": 5},
+}
+
+
 @pytest.mark.parametrize("name", fedselect.list_selectors())
 def test_every_selector_survives_failures(fed8, name):
     """Timeouts on every query of one client, error replies to training of another, one node gone."""
@@ -197,12 +271,13 @@ def test_every_selector_survives_failures(fed8, name):
     def bad_train(msg):
         return "error" if msg.metadata.message_type in ("train", "query.fedselect_update") else None
 
-    params = {"n_clusters": 2} if name == "hcsfed" else {}
-    selector = fedselect.get_selector(name, **params)
+    cls = type(fedselect.get_selector(name))
+    selector = recording(cls)(**UNDER_FAILURES.get(name, {}))
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    grid.faults[grid.node_of_partition(1)] = slow
-    grid.faults[grid.node_of_partition(6)] = bad_train
+    slow_node, bad_node = grid.node_of_partition(1), grid.node_of_partition(6)
+    grid.faults[slow_node] = slow
+    grid.faults[bad_node] = bad_train
     strategy = SelectorStrategy(selector, clients_per_round=3, random_state=0, aggregation="data-size")
 
     def after_round(server_round, arrays):
@@ -213,10 +288,33 @@ def test_every_selector_survives_failures(fed8, name):
         warnings.simplefilter("ignore", FlowerRoundWarning)
         result = strategy.start(grid, clients.initial_arrays(), num_rounds=4, evaluate_fn=after_round)
     assert len(strategy.rounds_) == 4
-    for rec in strategy.rounds_:
+    feedbacks = strategy.selector_.feedbacks_
+    for t, rec in enumerate(strategy.rounds_):
         assert not {1, 6} & set(rec.reported)
         assert set(rec.reported) <= set(rec.clients)
+        # the feedback is the reporters', with their (finite) losses on w^t
+        fb = next(f for f in feedbacks if f.round == t) if rec.reported else None
+        if fb is not None:
+            assert fb.clients.tolist() == rec.reported
+            assert np.isfinite(fb.losses).all() and len(fb.losses) == len(rec.reported)
+        # the costs follow the ledger's rules, message by message
+        msgs = round_messages(grid, t)
+        training = ("train", "query.fedselect_update")
+        trains = [m.metadata.dst_node_id for m in msgs if m.metadata.message_type in training]
+        assert len(trains) == len(set(trains))  # nobody trains twice in a round
+        assert rec.costs.models_down == models_sent(grid, t)
+        assert rec.costs.local_trainings == len(set(trains) - {slow_node, bad_node})
+        assert rec.costs.models_up == rec.costs.local_trainings  # Flower uploads every update in full
+        answered_losses = [
+            m for m in msgs if m.metadata.dst_node_id != slow_node and (
+                m.metadata.message_type == "query.fedselect_loss"
+                or (m.metadata.message_type == "train" and m.metadata.dst_node_id != bad_node
+                    and m.content.config_records["config"]["fedselect-need-loss"]))
+        ]
+        assert rec.costs.scalars_up == len(answered_losses)
     assert not {4} & set(strategy.rounds_[-1].reported)
+    if name == "fedcor":  # its trial ran while clients failed
+        assert "trial" in strategy.rounds_[2].traffic
     flat = np.concatenate([a.numpy().reshape(-1) for a in result.arrays.values()])
     assert np.isfinite(flat).all()
 
@@ -263,3 +361,40 @@ def test_strategy_parameter_errors_name_the_parameter():
         SelectorStrategy("random", aggregation="median")
     with pytest.raises(ValueError, match="query_timeout"):
         SelectorStrategy("random", query_timeout=-1)
+    with pytest.raises(ValueError, match=r"random_state=-1 is invalid; expected None or an int in \[0, 2\*\*32 - 1\]"):
+        SelectorStrategy("random", random_state=-1)
+
+
+@pytest.mark.parametrize("name", sorted(SelectorStrategy._parameter_constraints))
+def test_every_invalid_parameter_is_refused_at_construction(name):
+    bad = invalid_values(SelectorStrategy._parameter_constraints[name])
+    assert bad
+    args = {"selector": "random"}
+    for value in bad:
+        kw = {**args, name: value}
+        selector = kw.pop("selector")
+        with pytest.raises(InvalidParameterError, match=rf"SelectorStrategy: parameter {name}="):
+            SelectorStrategy(selector, **kw)
+
+
+def test_valid_edge_values_are_accepted():
+    SelectorStrategy(fedselect.get_selector("random"), clients_per_round=1, n_clients=1, aggregation=None,
+                     query_timeout=1e-3, train_timeout=0.5, connect_timeout=1, random_state=2**32 - 1,
+                     partial_weights="as-given")
+    SelectorStrategy("fedcor", random_state=0, aggregation="mean", inner=None)
+
+
+@pytest.mark.parametrize("change", ["unknown selector", "bad selector parameter", "bad strategy attribute"])
+def test_a_bad_setup_fails_at_start_before_any_message(fed8, change):
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+    grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
+    strategy = SelectorStrategy("random", clients_per_round=2)
+    if change == "unknown selector":
+        strategy.selector, match = "no-such-scheme", "no-such-scheme"
+    elif change == "bad selector parameter":
+        strategy.selector, match = fedselect.get_selector("power-of-choice").set_params(d=0), "d=0"
+    else:
+        strategy.random_state, match = -1, "random_state=-1"
+    with pytest.raises((ValueError, KeyError, LookupError), match=match):
+        strategy.start(grid, clients.initial_arrays(), num_rounds=1)
+    assert grid.sent == []
