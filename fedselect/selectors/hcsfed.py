@@ -494,7 +494,11 @@ class HCSFedSelector(BaseSelector):
         return Selection(local, weights)
 
     def _fallback(self, n: int, answered: np.ndarray) -> Selection:
-        """Too few clients answered to cluster: n uniformly random clients, weighted p_k N / n (Eq. 4's estimator)."""
+        """Too few clients answered to cluster: n uniformly random clients, weighted p'_k M / n (Eq. 4's estimator).
+
+        Drawn among the M clients that answered when at least n did (p'_k: p_k renormalised
+        over them), else among all N (p'_k = p_k, M = N).
+        """
         N = self.n_clients_
         pool = answered if answered.size >= n else np.arange(N)
         clients = np.sort(self.rng_.choice(pool, n, replace=False))

@@ -180,17 +180,17 @@ class History:
         return cls.from_dict(json.loads(s))
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
-        """One row per round: scalars, costs, and the chosen and the failed clients as ``;``-joined ids."""
+        """One row per round: scalars, the chosen clients, costs, and (last) the failed clients, ids ``;``-joined."""
         cost_keys = list(Costs().to_dict())
         with open(path, "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["round", "test_accuracy", "test_loss", "global_loss", "lr", "seconds", "clients", "failed",
-                        *cost_keys])
+            w.writerow(["round", "test_accuracy", "test_loss", "global_loss", "lr", "seconds", "clients", *cost_keys,
+                        "failed"])
             for r in self.rounds:
                 c = r.costs.to_dict()
                 w.writerow(
                     [r.round, r.test_accuracy, r.test_loss, r.global_loss, r.lr, f"{r.seconds:.4f}",
-                     ";".join(map(str, r.clients)), ";".join(map(str, r.failed)), *(c[k] for k in cost_keys)]
+                     ";".join(map(str, r.clients)), *(c[k] for k in cost_keys), ";".join(map(str, r.failed))]
                 )
 
 
