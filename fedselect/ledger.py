@@ -122,6 +122,7 @@ class RoundLedger:
         self._updates: dict[int, Any] = {}
         self._uploaded: set[int] = set()
         self._failed: set[int] = set(self.ids(np.fromiter(unavailable, dtype=np.int64), "unavailable").tolist())
+        self._unknown_failures = set(self._failed)  # unavailable, but the server has not sent them anything yet
 
     # -- ids and failures ------------------------------------------------------------
     def ids(self, ids: Any, what: str) -> np.ndarray:
@@ -140,6 +141,20 @@ class RoundLedger:
         """Record that these clients did not answer; they are not contacted again this round."""
         self._failed.update(self.ids(ids, "mark_failed").tolist())
 
+    @property
+    def known_failed(self) -> frozenset[int]:
+        """Failed clients the server knows about: it sent them a message this round and got no answer.
+
+        An unavailable client the server has not contacted yet is failed but not known;
+        the first message sent to it (and charged) makes it known, and it is not contacted
+        again.
+        """
+        return frozenset(self._failed - self._unknown_failures)
+
+    def contacted(self, ids: Any) -> None:
+        """Record that a message went to these clients (an unavailable one among them is now known to fail)."""
+        self._unknown_failures.difference_update(self.ids(ids, "contacted").tolist())
+
     def alive(self, ids: Any) -> np.ndarray:
         """The entries of ``ids`` (order kept) that have not failed."""
         arr = self.ids(ids, "alive")
@@ -156,6 +171,7 @@ class RoundLedger:
         sends them a message (the server cannot know they will not answer).
         """
         arr = self.ids(ids, "send_model")
+        self._unknown_failures.difference_update(arr.tolist())
         new = [k for k in dict.fromkeys(arr.tolist()) if k not in self._holding]
         self.costs.models_down += len(new)
         self._holding.update(new)
@@ -263,8 +279,9 @@ class RoundLedger:
     def record_trial(self, n_answered: int, *, samples_evaluated: int = 0, n_sent: int | None = None) -> None:
         """Charge a trial model sent to ``n_sent`` clients (default all N), of whom ``n_answered`` sent a loss back.
 
-        The simulator sends it to all N (an unavailable client is charged as sent); a
-        deployment sends it only to the clients that still have a node.
+        It goes to every client not known to have failed this round (:attr:`known_failed`):
+        an unavailable client not contacted yet is charged as sent; a deployment also leaves
+        out the clients without a node.
         """
         self.costs.models_down += self.n_clients if n_sent is None else int(n_sent)
         self.costs.scalars_up += int(n_answered)

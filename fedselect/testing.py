@@ -261,7 +261,9 @@ class SyntheticOracle(ClientOracle):
         led.upload(alive)
         self._n_trials += 1
         answering = led.alive(everyone)
-        led.record_trial(answering.size, samples_evaluated=int(self.n_samples[answering].sum()))
+        led.record_trial(answering.size, samples_evaluated=int(self.n_samples[answering].sum()),
+                         n_sent=self.n_clients - len(led.known_failed))
+        led.contacted(everyone)
         self._charge(before_costs)
         w_trial = self.w + self._deltas(alive).mean(axis=0)
         before = self._loss_at(self.w, self._eval_noise(0))

@@ -142,3 +142,14 @@ def test_reporter_weights_rescale_or_as_given():
     assert reporter_weights(w, [False] * 3).size == 0
     with pytest.raises(ValueError, match="mode='mean' must be one of"):
         reporter_weights(w, ok, mode="mean")
+
+
+def test_an_unavailable_client_is_known_to_fail_once_contacted():
+    led = RoundLedger(6, 0, unavailable=[1, 4])
+    assert led.failed == {1, 4} and led.known_failed == set()
+    led.send_model([1, 2])
+    assert led.known_failed == {1}  # 4 was never sent anything: a trial model would still go to it
+    led.record_trial(0, n_sent=6 - len(led.known_failed))
+    assert led.costs.models_down == 2 + 5
+    led.contacted([4])
+    assert led.known_failed == {1, 4}

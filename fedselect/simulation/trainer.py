@@ -225,7 +225,9 @@ class SimulationOracle(ClientOracle):
         answering = np.array(sorted(set(range(self.n_clients)) - led.failed), dtype=np.int64)
         eng = self._engine
         after = eng.client_losses(theta_trial, None)
-        led.record_trial(answering.size, samples_evaluated=int(eng.eval_sizes[answering].sum()))
+        led.record_trial(answering.size, samples_evaluated=int(eng.eval_sizes[answering].sum()),
+                         n_sent=self.n_clients - len(led.known_failed))
+        led.contacted(np.arange(self.n_clients))
         out = after - base
         out[list(led.failed)] = np.nan
         return out

@@ -8,6 +8,7 @@ pytest.importorskip("flwr")
 import fedselect
 from fedselect import FederatedTrainer
 from fedselect.flower import FederationClients, LocalGrid, SelectorStrategy
+from fedselect.flower import _protocol as P
 
 from .conftest import TRAIN, recording
 
@@ -88,3 +89,35 @@ def test_probing_selectors_match_the_simulator(fed20, name):
         assert fl.weights == pytest.approx(sim.weights, rel=1e-12)
     assert len(strategy.selector_.feedbacks_) == rounds
     assert np.isfinite(result.train_metrics_clientapp[rounds]["fedselect-train-loss-before"])
+
+
+@pytest.mark.parametrize("name", ["random", "power-of-choice", "fedcor"])
+def test_the_same_silent_clients_give_the_same_rounds_and_costs_in_both_worlds(fed20, name):
+    """Clients that never answer: simulator availability 0, Flower nodes whose messages time out.
+
+    Both worlds send them what they send (charged), get NaN, leave them out of the round, and
+    the selector sees the same partial feedback: same clients, same failures, same costs.
+    """
+    rounds, seed, silent = 14, 5, [2, 7, 11]
+    avail = np.ones(fed20.n_clients)
+    avail[silent] = 0.0
+    selector = fedselect.get_selector(name, **SCHEMES[name])
+    trainer = FederatedTrainer(selector=selector, clients_per_round=4, rounds=rounds, aggregation="data-size",
+                               availability=avail, random_state=seed, **TRAIN).fit(fed20)
+    clients = FederationClients(fed20, random_state=seed, pooled_losses=True, **TRAIN)
+    grid = LocalGrid(clients.client_app(), fed20.n_clients, seed=11)
+    for k in silent:  # connected (they answer the hello that maps them to their client id) but never again
+        grid.faults[grid.node_of_partition(k)] = lambda m: None if m.metadata.message_type == P.HELLO else "timeout"
+    strategy = SelectorStrategy(selector, clients_per_round=4, aggregation="data-size", random_state=seed,
+                                query_timeout=5, train_timeout=5)
+    strategy.start(grid, clients.initial_arrays(), num_rounds=rounds, evaluate_fn=clients.evaluate_fn())
+    asked = sum(1 for m in grid.sent if grid.contexts[m.metadata.dst_node_id].node_config["partition-id"] in silent)
+    assert asked > 0  # the silent clients were asked (and charged), not skipped
+    if name == "fedcor":
+        assert sum(1 for r in strategy.rounds_ if "trial" in r.traffic) >= 1
+    if name == "random":
+        assert any(r.failed for r in trainer.history_.rounds)  # silent clients were chosen and did not report
+    for sim, fl in zip(trainer.history_.rounds, strategy.rounds_):
+        assert fl.clients == sim.clients, f"round {sim.round}"
+        assert sorted(set(fl.clients) - set(fl.reported)) == sorted(sim.failed), f"round {sim.round}"
+        assert fl.costs.to_dict() == sim.costs.to_dict(), f"round {sim.round}"
