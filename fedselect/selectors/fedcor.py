@@ -112,10 +112,14 @@ class FedCorSelector(BaseSelector):
     and its README's FMNIST command instead: a single fit of 1000 iterations when the last
     warm-up vector arrives, every fit on all vectors of the last 100 rounds weighted
     0.95 per round (these three values replace ``warmup_iters``, ``warmup_history`` /
-    ``history`` and ``theta``), and the clients chosen in a GP round are not annealed (the
-    2023 code anneals only in the other rounds). The README also sets ``update_mean`` and
-    ``--discount=0.9``: ``FedCorSelector(schedule="readme2023", update_mean=True, beta=0.9)``
-    reproduces that command.
+    ``history``, ``gp_history`` and ``theta``). Annealing is the same under both schedules:
+    the official code (2022 and 2023 alike) resets the factors after a GP round's training
+    and multiplies the clients of every other round by beta, so the first selection made
+    with the refitted GP is annealed; the selection it leaves alone is the one made just
+    before the reset, whose factors the reset wipes. The README's FMNIST command also sets
+    ``--update_mean`` and ``--discount=0.95``: ``FedCorSelector(schedule="readme2023",
+    update_mean=True, beta=0.95)`` reproduces it. (Its CIFAR-10 command uses a 500-round
+    window weighted 0.99 and ``--discount=0.9``, which this schedule does not cover.)
 
     **Aggregation.** FedCor averages the chosen clients' models with equal weights (Eq. 4),
     so no weights are returned and the trainer aggregates by its own rule; the FedCor
@@ -359,8 +363,10 @@ class FedCorSelector(BaseSelector):
             posterior_noise=bool(self.posterior_noise),
         )
         self.last_selection_order_ = order
-        if not (readme and gp_round):
-            self.alpha_[order] *= self.beta
+        # Both official codes anneal every Algorithm-1 selection (Update_Discount / update_discount) except the one
+        # made just before a reset, whose factors the reset wipes anyway; here the reset precedes the GP round's
+        # selection, so every selection is annealed under either schedule.
+        self.alpha_[order] *= self.beta
         return Selection(np.sort(order))
 
     # -- observations -----------------------------------------------------------------

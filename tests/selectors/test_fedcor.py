@@ -172,6 +172,39 @@ def test_annealing_multiplies_chosen_and_resets_at_gp_rounds():
     assert (selector.alpha_ < 1).sum() == 3  # round 12 is a GP round: reset, then its 3 picks annealed
 
 
+@pytest.mark.parametrize("schedule", ["paper", "readme2023"])
+def test_every_selection_is_annealed_after_the_reset(monkeypatch, schedule):
+    """The alpha each Algorithm-1 selection sees, as both official codes compute it.
+
+    The 2022 and 2023 codes reset the factors at a GP round and multiply the clients of every other
+    round's selection by beta, so the first selection after the reset (the one with the new GP) is
+    annealed; here the reset comes before the GP round's own selection, which is therefore annealed
+    too. (Leaving it alone made the next round see the same GP and all alpha = 1, and pick the same set.)
+    """
+    beta, W, dt = 0.5, 2, 4
+    selector = FedCorSelector(warmup_rounds=W, gp_interval=dt, beta=beta, schedule=schedule, **FAST, random_state=0)
+    spied(selector, monkeypatch)
+    seen: list[np.ndarray] = []
+    greedy = _gp.greedy_select
+
+    def recording(x, noise, weights, alpha, n, **kwargs):
+        seen.append(np.array(alpha))
+        return greedy(x, noise, weights, alpha, n, **kwargs)
+
+    monkeypatch.setattr(_gp, "greedy_select", recording)
+    oracle = GroupOracle()
+    chosen = run(selector, oracle, 3, 14)
+    expected = np.ones(oracle.n_clients)
+    for t in range(W + 1, 14):
+        if t % dt == 0:
+            expected[:] = 1.0
+        np.testing.assert_allclose(seen[t - W - 1], expected, err_msg=f"round {t}")
+        expected[chosen[t]] *= beta
+    np.testing.assert_allclose(selector.alpha_, expected)
+    after_gp = seen[(2 * dt + 1) - W - 1]  # round 9, right after the GP round 8
+    assert np.count_nonzero(after_gp < 1) == 3
+
+
 def test_readme2023_schedule(monkeypatch):
     selector = FedCorSelector(warmup_rounds=3, gp_interval=5, schedule="readme2023", **FAST)
     spy = spied(selector, monkeypatch)
