@@ -53,8 +53,8 @@ class Federation:
         The shared test split the global model is evaluated on.
     eval_indices : list of ndarray of int, optional
         Per client, a held-out part of its data (indices into ``X``) on which its loss
-        is measured (FedCor's official code: the last 20 %). ``None``: losses are
-        measured on ``client_indices``.
+        is measured (FedCor's official code: the last 20 % of its shuffled indices).
+        ``None``: losses are measured on ``client_indices``.
     n_classes : int, default=10
         Number of classes.
     name : str, default=""
@@ -215,8 +215,10 @@ def split_holdout(
     Each client's indices are shuffled; the first ``int((1 - holdout) * n_k)`` form the
     training part and the rest the held-out part, and each part keeps at least one
     sample. FedCor's official code trains on the first 80 % of a client's indices and
-    measures its loss on the other 20 % (``holdout=0.2``), without shuffling; the
-    shuffle here avoids a held-out part made of a single shard's label.
+    measures its loss on the other 20 % (``holdout=0.2``); its partition functions
+    shuffle each client's indices first (``rs.shuffle(dict_users[i])`` in
+    ``src/sampling.py`` for the shard and Dirichlet splits), so its held-out part is a
+    random 20 % of the client's data, as here (with another random stream).
 
     Parameters
     ----------

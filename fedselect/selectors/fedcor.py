@@ -19,6 +19,7 @@ from . import _gp
 __all__ = ["FedCorSelector", "FitRecord", "LossChangeRecord"]
 
 SCHEDULES = ("paper", "readme2023")
+GP_HISTORIES = ("rounds", "latest")
 # The February 2023 README (FMNIST command: --group_size=100 --GPR_gamma=0.95, and the
 # 1000-iteration fit at the end of warm-up that the code runs with --update_mean).
 README2023_WARMUP_ITERS = 1000
@@ -100,9 +101,36 @@ class FedCorSelector(BaseSelector):
       trained and evaluated on every client but not applied; S = 1), its vector joins the
       history, and X is refitted with ``gp_iters`` steps on Eq. (17) with M = ``history``:
       the vectors of rounds ``t, t - Dt, ..., t - M Dt`` weighted ``theta^(m Dt)``
-      (``gamma = theta^Dt``, appendix C). At the first GP round the older vector is a
-      warm-up one (round ``t - Dt <= W``). The round then still trains an Algorithm-1
+      (``gamma = theta^Dt``, appendix C). The round then still trains an Algorithm-1
       selection.
+
+    **The older vectors at the first GP rounds** (``gp_history``). Eq. (17) sums over
+    ``dl^{t - m Dt}``, ``m = 0..M``. Read literally (``gp_history="rounds"``, the default),
+    at the first GP round ``t`` the older vector is the warm-up vector of round ``t - Dt``,
+    whatever its age within the warm-up: on the FMNIST presets (W = 15, Dt = 10) the vector
+    of round 10 at GP round 20; on the CIFAR-10 one (W = 20, Dt = 50) the vector of round 0,
+    the first step from the random initial model, weighted ``0.99^50``. The official 2022
+    code (``TrainGPR(gpr, gpr_data[-ceil(group_size / GPR_interval):], gamma=GPR_gamma **
+    GPR_interval)``) instead takes the ``M + 1`` most recent vectors, whichever rounds they
+    come from, weighted ``gamma^m`` by position: at the first GP round the older vector is
+    the *last* warm-up vector (round W). ``gp_history="latest"`` does that. With M = 1 the
+    two readings differ only at the first GP round; ``schedule="readme2023"`` fits on a
+    window of rounds and ignores this parameter.
+
+    **Against the official code** [2]_, beyond the readings above:
+
+    - *theta*. Appendix C gives ``theta = 0.9`` for FMNIST (0.99 for CIFAR-10), the default
+      here and in the FMNIST presets. The 2022 code's README command for FMNIST leaves
+      ``--GPR_gamma`` at its default 0.8, so the official runs used an effective
+      ``theta = 0.8`` (warm-up weights ``0.8^a``, GP rounds ``gamma = 0.8^Dt``); its CIFAR-10
+      command sets 0.97. Pass ``theta=0.8`` to follow the code.
+    - *The GP rounds are one round apart.* The official code runs a GP round's trial after
+      round e's training (``epoch % GPR_interval == 0``) from the model that training
+      produced, i.e. from w^{e+1}, and the refitted GP first selects round e + 1. Here the
+      trial of GP round t starts from w^t and the refitted GP selects round t itself. So the
+      official GP rounds are the rounds ``t`` with ``t % Dt == 1`` in this numbering, and
+      ours those with ``t % Dt == 0``: the same schedule shifted by one round (the warm-up
+      and the first Algorithm-1 round, W + 1, coincide).
 
     If ``select`` is first called after round W (or rounds were skipped so that no vector
     could be formed), the selector keeps observing losses and choosing uniformly until its
@@ -176,6 +204,11 @@ class FedCorSelector(BaseSelector):
         the likelihood and so X; the selection itself does not depend on mu.
     schedule : {"paper", "readme2023"}, default="paper"
         Which GP-fitting schedule to follow (see above).
+    gp_history : {"rounds", "latest"}, default="rounds"
+        Which older vectors a GP round's fit uses (see above): those of rounds
+        ``t - m Dt`` (Eq. 17 read literally) or the M most recent ones before the trial,
+        weighted ``gamma^m`` by position (the official 2022 code; at the first GP round the
+        older vector is then the last warm-up vector). Ignored by ``schedule="readme2023"``.
     posterior_noise : bool, default=False
         Condition Algorithm 1 on *noisy* predictions, as the official 2022 code does:
         start from ``X^T X`` and divide by ``S_kk + s_n^2`` (see
@@ -214,7 +247,10 @@ class FedCorSelector(BaseSelector):
     ----------
     .. [1] Tang, M., Ning, X., Wang, Y., Sun, J., Wang, Y., Li, H., Chen, Y. "FedCor:
        Correlation-Based Active Client Selection Strategy for Heterogeneous Federated
-       Learning." CVPR 2022. Official code: https://github.com/Yoruko-Tang/FedCor
+       Learning." CVPR 2022 (Eq. 17; appendix C for d, M, theta, W and Dt).
+    .. [2] The official code, https://github.com/Yoruko-Tang/FedCor: ``src/federated_main.py``
+       and ``src/GPR.py`` as of July 2022 (the code behind the paper) and after the
+       February 2023 refactor (``schedule="readme2023"``).
 
     Examples
     --------
@@ -249,6 +285,7 @@ class FedCorSelector(BaseSelector):
         noise: float = 0.01,
         update_mean: bool = False,
         schedule: str = "paper",
+        gp_history: str = "rounds",
         posterior_noise: bool = False,
         random_state: Any = None,
     ) -> None:
@@ -265,6 +302,7 @@ class FedCorSelector(BaseSelector):
         self.noise = noise
         self.update_mean = update_mean
         self.schedule = schedule
+        self.gp_history = gp_history
         self.posterior_noise = posterior_noise
         self.random_state = random_state
 
@@ -285,6 +323,7 @@ class FedCorSelector(BaseSelector):
         "noise": [Interval(Real, 0, None, closed="neither")],
         "update_mean": ["boolean"],
         "schedule": [StrOptions(SCHEDULES)],
+        "gp_history": [StrOptions(GP_HISTORIES)],
         "posterior_noise": ["boolean"],
         "random_state": ["random_state"],
     }
@@ -353,7 +392,10 @@ class FedCorSelector(BaseSelector):
             if readme:
                 self._fit_gp(t, t, 1, README2023_WINDOW, self.gp_iters, "gp_round")
             else:
-                self._fit_gp(t, t, self.gp_interval, self.history, self.gp_iters, "gp_round")
+                self._fit_gp(
+                    t, t, self.gp_interval, self.history, self.gp_iters, "gp_round",
+                    latest=self.gp_history == "latest",
+                )
         order = _gp.greedy_select(
             self._gp.embeddings,
             float(self.noise),
@@ -408,19 +450,28 @@ class FedCorSelector(BaseSelector):
             keep = max(self.warmup_history, self.history * self.gp_interval)
         self.history_ = [r for r in self.history_ if r.round >= t - keep]
 
-    def _fit_gp(self, t: int, newest: int, step: int, depth: int, iterations: int, kind: str) -> None:
+    def _fit_gp(
+        self, t: int, newest: int, step: int, depth: int, iterations: int, kind: str, *, latest: bool = False
+    ) -> None:
         """Refit X on the vectors of rounds ``newest - m * step`` (m = 0..depth), Eq. (17).
 
         ``step == 1`` and ``depth == window`` takes every vector of the window (warm-up and
-        the 2023 schedule). A vector of age a is weighted ``theta^a``.
+        the 2023 schedule). A vector of age a is weighted ``theta^a``. ``latest``: the
+        ``depth + 1`` most recent vectors instead, the m-th newest weighted ``theta^(m * step)``
+        (the official 2022 code's GP rounds).
         """
         discount = README2023_DISCOUNT if self.schedule == "readme2023" else float(self.theta)
-        wanted = {newest - m * step for m in range(depth + 1)}
-        records = [r for r in self.history_ if r.round in wanted]
+        if latest:
+            records = [r for r in self.history_ if r.round <= newest][-(depth + 1):]
+            ages = [(len(records) - 1 - i) * step for i in range(len(records))]
+        else:
+            wanted = {newest - m * step for m in range(depth + 1)}
+            records = [r for r in self.history_ if r.round in wanted]
+            ages = [newest - r.round for r in records]
         if not records:  # every vector of the window was empty (clients did not answer): keep X
             return
         values = np.stack([r.values for r in records])
-        weights = discount ** np.array([newest - r.round for r in records], dtype=np.float64)
+        weights = discount ** np.array(ages, dtype=np.float64)
         if self.update_mean:
             self._gp.set_mean(values, weights)
         try:

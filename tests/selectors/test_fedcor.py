@@ -143,6 +143,27 @@ def test_schedule_questions_and_fits(monkeypatch):
     assert [(r.round, r.source) for r in selector.history_][-2:] == [(10, "trial"), (15, "trial")]
 
 
+@pytest.mark.parametrize(
+    "history, expected",
+    [
+        (1, [[3, 5], [5, 10], [10, 15]]),  # the last warm-up vector (round W = 3), then the previous trial
+        (2, [[2, 3, 5], [3, 5, 10], [5, 10, 15]]),
+    ],
+)
+def test_gp_history_latest_follows_the_official_code(monkeypatch, history, expected):
+    """gp_history="latest": the M + 1 newest vectors, the m-th newest weighted theta^(m Dt) whatever its round."""
+    W, dt, theta = 3, 5, 0.8
+    selector = FedCorSelector(
+        warmup_rounds=W, gp_interval=dt, theta=theta, warmup_history=2, history=history, gp_history="latest", **FAST
+    )
+    spy = spied(selector, monkeypatch)
+    run(selector, GroupOracle(), 4, 16)
+    gp_calls = spy.calls[W + 1 :]
+    assert [c["rounds"] for c in gp_calls] == expected
+    for c in gp_calls:
+        np.testing.assert_allclose(c["weights"], theta ** (dt * np.arange(history, -1, -1)))
+
+
 def test_warmup_selection_is_uniform():
     counts = np.zeros(10)
     for seed in range(150):
@@ -363,6 +384,7 @@ def test_constant_loss_changes_do_not_crash():
         ("noise", 0),
         ("gp_lr", 0),
         ("schedule", "2022"),
+        ("gp_history", "official"),
         ("warmup_rounds", -1),
         ("update_mean", "yes"),
         ("warmup_iters", 2.5),
