@@ -235,6 +235,87 @@ def test_readme2023_schedule(monkeypatch):
     np.testing.assert_allclose(spy.calls[1]["weights"], 0.95 ** np.array([5, 4, 3, 2, 0]))
 
 
+class LossRecordingOracle(GroupOracle):
+    """GroupOracle that also keeps every loss vector it answered, by round."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.answered: dict[int, np.ndarray] = {}
+
+    def losses(self, ids):
+        out = super().losses(ids)
+        self.answered[self.round] = out.copy()
+        return out
+
+
+def test_warmup_vectors_are_differences_of_consecutive_losses():
+    """dl^t = l(w^{t+1}) - l(w^t) of all clients, labelled t, for t = 0..W (Sec. 5.1: Dt = 1, S = 1)."""
+    W = 4
+    selector = FedCorSelector(warmup_rounds=W, gp_interval=50, **FAST, random_state=0)
+    oracle = LossRecordingOracle()
+    run(selector, oracle, 3, W + 3)
+    assert sorted(oracle.answered) == list(range(W + 2))  # losses of rounds 0..W+1, then none
+    warm = [r for r in selector.history_ if r.source == "warmup"]
+    assert [r.round for r in warm] == list(range(W + 1))
+    for r in warm:
+        np.testing.assert_array_equal(r.values, oracle.answered[r.round + 1] - oracle.answered[r.round])
+
+
+class TrialRecorder(FedCorSelector):
+    """FedCor that also keeps, at each GP round, the trial's clients and l(w^t) of every client."""
+
+    last_trial: np.ndarray | None = None  # the latest trial's clients, for a patched Algorithm 1
+
+    def _fit(self, pool):
+        super()._fit(pool)
+        self.trial_ids_: dict[int, np.ndarray] = {}
+        self.base_losses_: dict[int, np.ndarray] = {}
+
+    def _observe_trial(self, oracle, t, ids):
+        self.base_losses_[t] = np.asarray(oracle.losses(np.arange(self.n_clients_)))  # the trial asks it anyway
+        self.trial_ids_[t] = ids
+        type(self).last_trial = ids
+        return super()._observe_trial(oracle, t, ids)
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "data-size"])
+def test_trial_vector_is_the_loss_change_of_the_round_it_simulates(monkeypatch, aggregation):
+    """A GP round's trial (Algorithm 2: S = 1 uniformly random set) trains its clients from w^t and aggregates
+    them by the round's own rule (Eq. 4's plain mean on the FedCor presets) without applying the result.
+
+    Checked on the real simulator with unequal data sizes: when the round then chooses exactly the trial's
+    clients, the round's model is the trial's model, so the recorded trial vector must equal
+    l(w^{t+1}) - l(w^t), measured at the next round.
+    """
+    from fedselect import FederatedTrainer
+    from fedselect.data import make_federation
+
+    fed = make_federation("digits", partition="dirichlet", alpha=0.5, n_clients=10, random_state=0)
+    sizes = np.array([len(ix) for ix in fed.client_indices])
+    assert sizes.max() > 2 * sizes.min()  # the two aggregation rules differ here
+    monkeypatch.setattr(TrialRecorder, "last_trial", None)
+    monkeypatch.setattr(_gp, "greedy_select", lambda *args, **kwargs: TrialRecorder.last_trial)
+    trainer = FederatedTrainer(
+        selector=TrialRecorder(warmup_rounds=1, gp_interval=1, **FAST, random_state=0),
+        model="logistic",
+        clients_per_round=3,
+        rounds=5,
+        local_steps=3,
+        batch_size=16,
+        lr=0.1,
+        aggregation=aggregation,
+        random_state=0,
+    ).fit(fed)
+    selector = trainer.selector_
+    trials = {r.round: r.values for r in selector.history_ if r.source == "trial"}
+    assert sorted(trials) == [2, 3, 4]  # every round after W + 1 = 2 is a GP round with Dt = 1
+    for t in (2, 3):
+        assert len(selector.trial_ids_[t]) == 3
+        want = selector.base_losses_[t + 1] - selector.base_losses_[t]
+        np.testing.assert_allclose(trials[t], want, rtol=1e-5, atol=1e-6, err_msg=f"GP round {t}")
+        assert np.abs(want).max() > 1e-3  # the round moved the losses: the check is not vacuous
+
+
 def test_update_mean_sets_discounted_mean():
     selector = FedCorSelector(warmup_rounds=2, update_mean=True, theta=0.5, **FAST)
     oracle = GroupOracle()
