@@ -272,3 +272,76 @@ def test_clients_that_did_not_answer_are_left_out():
         pi = sel.inclusion_
         assert pi[[1, 6]].tolist() == [0.0, 0.0] and sel.labels_[[1, 6]].tolist() == [-1, -1]
         np.testing.assert_allclose(chosen.weights, p[np.searchsorted(answered, chosen.clients)] / pi[chosen.clients])
+
+
+# -- Eq. 5 with the default cohesion and Eq. 6, checked against the paper's formulas -----------------
+def _four_groups(sizes=(8, 12, 16, 10), spreads=(0.4, 0.8, 1.6, 0.6), seed=0):
+    """Four far-apart groups of unequal sizes and spreads, with update norms varying inside each group."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(4), sizes)
+    radial = 10.0 * rng.uniform(0.75, 1.25, size=(groups.size, 1))
+    updates = radial * np.eye(4, 8)[groups] + np.asarray(spreads)[groups, None] * rng.normal(size=(groups.size, 8))
+    oracle = FixedUpdatesOracle(updates, rng.normal(size=8), np.ones(groups.size))
+    return groups, np.asarray(oracle.updates, dtype=np.float64), oracle
+
+
+def test_default_cohesion_is_eq5_as_printed():
+    """Default: S_h = 1/(N_h - 1) sum_{i != j in h} ||X^i - X^j||^2 and shares m N_h S_h / sum_h N_h S_h (Eq. 5).
+
+    The clusters have unequal sizes and spreads, so the other readings ("mean-pairwise" divides by N_h more,
+    "std" takes a square root) give other shares.
+    """
+    groups, X, oracle = _four_groups()
+    sel = HCSFedSelector(n_clusters=4, compression_rate=1.0, kmeans_init="k-means++", random_state=0)
+    sel.fit(ClientPool(np.full(groups.size, 50)))
+    m = 4
+    for t in range(5):
+        sel.select(m, round=t, oracle=oracle)
+        labels = sel.labels_
+        assert len({(a, b) for a, b in zip(labels, groups)}) == 4  # k-means found the four groups
+        S = np.zeros(4)
+        for h in range(4):
+            Xh = X[labels == h]
+            pairs = sum(np.sum((Xh[i] - Xh[j]) ** 2) for i in range(len(Xh)) for j in range(len(Xh)) if i != j)
+            S[h] = pairs / (len(Xh) - 1)
+        N_h = np.bincount(labels, minlength=4)
+        np.testing.assert_allclose(sel.cohesion_, S, rtol=1e-5)
+        np.testing.assert_allclose(sel.shares_, m * N_h * S / np.sum(N_h * S), rtol=1e-5)
+    for other in ("mean-pairwise", "std"):  # the alternative readings really allocate differently here
+        alt = cluster_cohesion(X, labels, other)
+        assert not np.allclose(m * N_h * alt / np.sum(N_h * alt), sel.shares_, rtol=1e-3), other
+
+
+def test_eq6_samples_by_update_norm_inside_each_cluster():
+    """Eq. 6: inside cluster h the m_h clients are drawn with probability proportional to ||X_t^k||.
+
+    No inclusion probability reaches 1 here, so client k's marginal inclusion probability is
+    ``s_h ||X^k|| / sum_{j in h} ||X^j||`` (s_h the real share of Eq. 5): checked exactly against the
+    selector's pi_k and its aggregation weights, and statistically against the draws. Uniform sampling
+    inside the cluster or sampling by the squared norm gives other probabilities.
+    """
+    groups, X, oracle = _four_groups()
+    norms = np.linalg.norm(X, axis=1)
+    for h in range(4):  # the norms really vary inside each group
+        assert norms[groups == h].max() / norms[groups == h].min() > 1.15
+    pool = ClientPool(np.random.default_rng(3).integers(20, 200, size=groups.size))
+    sel = HCSFedSelector(n_clusters=4, compression_rate=1.0, kmeans_init="k-means++", random_state=0).fit(pool)
+    T = 1500
+    counts = np.zeros(groups.size)
+    first = None
+    for t in range(T):
+        chosen = sel.select(4, round=t, oracle=oracle)
+        counts[chosen.clients] += 1
+        labels = sel.labels_
+        want = sel.shares_[labels] * norms / np.bincount(labels, weights=norms)[labels]
+        if t < 20:
+            assert len({(a, b) for a, b in zip(labels, groups)}) == 4  # k-means found the four groups
+            assert want.max() < 1
+            np.testing.assert_allclose(sel.inclusion_, want, rtol=1e-6)
+            np.testing.assert_allclose(chosen.weights, pool.weights[chosen.clients] / want[chosen.clients], rtol=1e-6)
+        if first is None:
+            first = want
+        else:  # fixed updates, well-separated groups: the same design every round
+            np.testing.assert_allclose(want, first, rtol=1e-9)
+    se = np.sqrt(want * (1 - want) / T)
+    assert np.all(np.abs(counts / T - want) <= 4.5 * se)
