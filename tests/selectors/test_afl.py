@@ -96,6 +96,33 @@ def test_softmax_share_is_floor_of_one_minus_alpha3_times_n():
     assert len(fifth) > 5
 
 
+def test_softmax_draw_at_the_default_alpha2():
+    """At the default alpha2 = 0.01 the draw is successive sampling with P(k) proportional to exp(alpha2 v_k).
+
+    Two places out of five, nothing dropped, nothing uniform: the chosen pair {i, j} has probability
+    p_i p_j / (1 - p_i) + p_j p_i / (1 - p_j), with p = softmax(alpha2 * v). The valuations span 0..300,
+    so the default temperature gives neither a uniform draw nor the top two.
+    """
+    from itertools import combinations
+
+    v = np.array([0.0, 50.0, 100.0, 200.0, 300.0])
+    n_samples = np.full(5, 100)  # v = loss * sqrt(100)
+    sel = ActiveFLSelector(alpha1=0.0, alpha3=0.0, random_state=0).fit(ClientPool(n_samples))
+    assert sel.alpha2 == 0.01
+    oracle = FixedLossOracle(v / 10.0)
+    p = np.exp(0.01 * v) / np.exp(0.01 * v).sum()
+    pairs = list(combinations(range(5), 2))
+    expected = np.array([p[i] * p[j] / (1 - p[i]) + p[j] * p[i] / (1 - p[j]) for i, j in pairs])
+    assert expected.sum() == pytest.approx(1.0)
+    T = 20_000
+    counts = dict.fromkeys(pairs, 0)
+    for t in range(T):
+        counts[tuple(sorted(sel.select(2, round=t, oracle=oracle).clients.tolist()))] += 1
+    observed = np.array([counts[pair] for pair in pairs])
+    chi2 = (((observed - T * expected) ** 2) / (T * expected)).sum()
+    assert chi2 < 27.9  # 9 degrees of freedom, p = 0.001
+
+
 def test_too_few_survivors_still_gives_n_distinct():
     table = np.arange(8.0)
     sel = ActiveFLSelector(alpha1=0.75, alpha2=1e3, alpha3=0.0, random_state=0).fit(ClientPool([10] * 8))
