@@ -26,8 +26,14 @@ PLUGIN_NAME = "divfl (fedselect-divfl)"  # how fedselect names an entry-point pl
 # -- conformance ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "params",
-    [{}, {"projection_dim": 8}, {"source": "probe"}, {"source": "probe", "projection_dim": 8}],
-    ids=["stale", "stale-projected", "probe", "probe-projected"],
+    [
+        {},
+        {"projection_dim": 8},
+        {"source": "probe"},
+        {"source": "probe", "projection_dim": 8},
+        {"source": "probe-once"},
+    ],
+    ids=["stale", "stale-projected", "probe", "probe-projected", "probe-once"],
 )
 def test_conforms(params):
     check_selector(DivFLSelector(**params), n_rounds=8)
@@ -36,6 +42,7 @@ def test_conforms(params):
 def test_needs_follow_the_source():
     assert DivFLSelector().needs == frozenset({"updates"})
     assert DivFLSelector(source="probe").needs == frozenset()
+    assert DivFLSelector(source="probe-once").needs == frozenset({"updates"})
 
 
 @pytest.mark.parametrize(
@@ -77,6 +84,38 @@ def test_greedy_is_the_brute_force_optimum_on_a_tiny_case():
     d = pairwise_distances(x, x)
     picks = facility_location_greedy(d, 1)
     assert d[:, picks[0]].sum() == pytest.approx(d.sum(axis=0).min())  # the first step is exact
+
+
+def _objective(d, subset):
+    """G(S) = sum_k min_{j in S} d(k, j), by a plain loop."""
+    return sum(min(d[k, j] for j in subset) for k in range(d.shape[0]))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_steps_and_guarantee_against_brute_force(seed):
+    """For n = 1..5 of 8 clients: each step adds the client that lowers G the most (every candidate tried by
+    hand), and the result is within the greedy guarantee of the best subset found by enumerating all of them:
+    with f(S) = sum_k (C - min_{j in S} d(k, j)), C = max d (so f of the empty set is 0), f(greedy) >=
+    (1 - 1/e) f(best) (Nemhauser, Wolsey and Fisher, 1978)."""
+    from itertools import combinations
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(8, 3))
+    d = pairwise_distances(x, x)
+    C = d.max()
+    for n in range(1, 6):
+        picks = facility_location_greedy(d, n).tolist()
+        chosen: list[int] = []
+        for step in range(n):
+            gains = {j: _objective(d, [*chosen, j]) for j in range(8) if j not in chosen}
+            assert picks[step] == min(gains, key=gains.get), (n, step)
+            chosen.append(picks[step])
+        best = min(_objective(d, list(s)) for s in combinations(range(8), n))
+        f_greedy, f_best = 8 * C - _objective(d, picks), 8 * C - best
+        assert f_greedy >= (1 - 1 / np.e) * f_best - 1e-9
+        assert _objective(d, picks) >= best - 1e-9
+        if n == 1:
+            assert _objective(d, picks) == pytest.approx(best)  # the first step is exact
 
 
 def _feedback(round, clients, updates):
@@ -125,6 +164,35 @@ def test_probe_source_asks_everyone_and_picks_one_per_group():
     assert sorted(oracle.groups[chosen].tolist()) == [0, 1, 2, 3]
     assert oracle.calls == [("local_updates", tuple(range(12)))]
     assert oracle.costs.models_up == 12 and oracle.costs.floats_up == 0
+
+
+def test_probe_once_asks_everyone_at_the_first_round_then_goes_stale():
+    """The official code: every client's update at round 0, then only the chosen clients' (stale)."""
+    oracle = SyntheticOracle(12, n_groups=4, random_state=0)
+    sel = DivFLSelector(source="probe-once", random_state=0).fit(ClientPool(oracle.n_samples))
+    chosen = sel.select(4, round=0, oracle=oracle)
+    assert sorted(oracle.groups[chosen.clients].tolist()) == [0, 1, 2, 3]  # greedy over all 12 at once
+    assert oracle.calls == [("local_updates", tuple(range(12)))]
+    assert sel.seen_.all() and sel.last_objective_ is not None
+    probed = sel.representations_.copy()
+    sel.update(oracle.run_round(chosen, needs=sel.needs))
+    oracle.calls.clear()
+    trained_later: set[int] = set()
+    for t in range(1, 4):
+        chosen = sel.select(4, round=t, oracle=oracle)
+        assert oracle.calls == []  # no probe after the first round
+        feedback = oracle.run_round(chosen, needs=sel.needs)
+        sel.update(feedback)
+        np.testing.assert_array_equal(sel.representations_[feedback.clients], np.asarray(feedback.updates))
+        trained_later |= set(feedback.clients.tolist())
+    stale = np.setdiff1d(np.arange(12), sorted(trained_later))
+    assert stale.size > 0
+    np.testing.assert_array_equal(sel.representations_[stale], probed[stale])  # still round 0's probe
+    # a refit starts over: the next first round probes again
+    sel.fit(ClientPool(oracle.n_samples))
+    oracle.calls.clear()
+    sel.select(4, round=0, oracle=oracle)
+    assert [c[0] for c in oracle.calls] == ["local_updates"]
 
 
 def test_probe_projection_is_applied_client_side():

@@ -25,7 +25,7 @@ from fedselect.selection import Interval, StrOptions
 __all__ = ["DivFLSelector", "facility_location_greedy", "pairwise_distances"]
 __version__ = "0.1"
 
-_SOURCES = ("stale", "probe")
+_SOURCES = ("stale", "probe", "probe-once")
 
 
 def pairwise_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -113,8 +113,18 @@ class DivFLSelector(BaseSelector):
         largest possible) and are therefore chosen first, uniformly at random among them. Once
         fewer than ``n`` remain unseen, all of them are taken and the rest of S is chosen
         greedily among the seen clients, given them. After ``ceil(N / n)`` rounds every client has
-        reported once. (The official code instead asks every client for its gradient in round 0;
-        ``source="probe"`` does that every round.)
+        reported once.
+    ``"probe-once"`` (the official code)
+        at the first :meth:`select` after :meth:`fit`, every client's current local update is
+        requested through ``oracle.local_updates`` (N local trainings and N uploads, once; the
+        chosen clients are then not trained again), so the first selection is already the greedy
+        over all N clients; from then on the representations are stale as with ``"stale"``: a
+        client's is replaced only when it trains again (``needs = {"updates"}``). This is what
+        the official code does (``flearn/trainers/fedavg.py``: the gradients of all clients are
+        collected at iteration 0 and afterwards only the selected clients' are overwritten). The
+        official code also collects all gradients again every round when one client is chosen
+        per round (``clients_per_round == 1``); use ``"probe"`` for that. A client that did not
+        answer the probe is treated as never seen (chosen first, as under ``"stale"``).
     ``"probe"`` (the paper's idealised version)
         every round, every client's current local update is requested through
         ``oracle.local_updates`` (N local trainings and N uploads per round, paid and recorded;
@@ -123,7 +133,7 @@ class DivFLSelector(BaseSelector):
     With ``projection_dim=p`` each update is multiplied by a fixed Gaussian matrix
     ``R / sqrt(p)`` of shape (D, p), drawn once per :meth:`fit` from ``random_state``, before the
     distances are computed; by the Johnson-Lindenstrauss lemma distances are kept up to a factor
-    ``1 +- eps`` for ``p ~ log(N) / eps^2``. With ``source="probe"`` the projection is applied
+    ``1 +- eps`` for ``p ~ log(N) / eps^2``. With a probing source the projection is applied
     client-side, so each client uploads p floats rather than its model (the paper's
     communication-efficient variant of DivFL compresses what is uploaded in the same spirit).
     The (D, p) matrix is held in memory (``4 D p`` bytes).
@@ -137,7 +147,7 @@ class DivFLSelector(BaseSelector):
 
     Parameters
     ----------
-    source : {"stale", "probe"}, default="stale"
+    source : {"stale", "probe", "probe-once"}, default="stale"
         Where the client representations come from (see above).
     projection_dim : int or None, default=None
         Compress every update to this many dimensions by a seeded random projection before
@@ -182,8 +192,8 @@ class DivFLSelector(BaseSelector):
 
     @property
     def needs(self) -> frozenset[str]:  # type: ignore[override]
-        """The stale source learns from the updates of the round; the probe asks for its own."""
-        return frozenset({"updates"}) if self.source == "stale" else frozenset()
+        """The stale sources learn from the updates of the round; the probe asks for its own."""
+        return frozenset() if self.source == "probe" else frozenset({"updates"})
 
     # Declared as data: fedselect checks them at fit, names the parameter in every message, and its
     # tests generate invalid values for each of them.
@@ -201,6 +211,7 @@ class DivFLSelector(BaseSelector):
         self.seen_ = np.zeros(self.n_clients_, dtype=bool)
         self.distances_: np.ndarray | None = None
         self.last_objective_: float | None = None
+        self._probed = False
 
     # -- representations -------------------------------------------------------------
     def _project(self, update: np.ndarray) -> np.ndarray:
@@ -250,7 +261,8 @@ class DivFLSelector(BaseSelector):
     # -- selection -------------------------------------------------------------------
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
         reachable = np.ones(self.n_clients_, dtype=bool)
-        if self.source == "probe":
+        if self.source == "probe" or (self.source == "probe-once" and not self._probed):
+            self._probed = True
             everyone = np.arange(self.n_clients_)
             transform = None if self.projection_dim is None else self._project
             rows = np.asarray(oracle.local_updates(everyone, transform=transform), dtype=np.float32)
@@ -278,7 +290,7 @@ class DivFLSelector(BaseSelector):
         return Selection(np.sort(np.concatenate([unseen, seen[picks]])))
 
     def _update(self, feedback: RoundFeedback) -> None:
-        if self.source != "stale":
+        if self.source == "probe":
             return
         ids = np.asarray(feedback.clients, dtype=np.int64)
         if ids.size == 0:
