@@ -25,6 +25,10 @@ examples:
 
 
 def _value(text: str) -> Any:
+    if text.lower() in ("true", "false"):  # replace=true as well as replace=True
+        return text.lower() == "true"
+    if text.lower() in ("none", "null"):
+        return None
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -183,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _apply_overrides(args, federation, trainer)
     label, name, params = parse_selector_spec(args.selector)
     # Everything checkable before the data is loaded and training starts.
-    check_plan({label: (name, params)}, trainer=trainer, seeds=[args.seed])
+    check_plan({label: (name, params)}, trainer=trainer, seeds=[args.seed], federation=federation)
     if args.out:
         _check_writable_file(Path(args.out))
     out = Path(args.out) if args.out else None
@@ -227,6 +231,9 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         selectors = {}
         for spec in args.selectors:
             label, name, params = parse_selector_spec(spec)
+            if label in selectors:
+                raise ValueError(f"--selectors names {label!r} twice; give each scheme once (or distinct labels, "
+                                 f"e.g. a={spec} b={spec})")
             selectors[label] = (name, params)
     else:
         from .plugins import list_selectors

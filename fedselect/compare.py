@@ -52,18 +52,41 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "run"
 
 
+def _settings_diff(saved: Any, now: Mapping[str, Any]) -> str:
+    """Which settings differ between a saved run and this call, as ``"trainer.lr: saved 0.05, now 0.1"``."""
+    if not isinstance(saved, Mapping):
+        return "the file predates recorded settings, so which ones differ is unknown"
+
+    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            if isinstance(v, Mapping):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    a, b = flat(saved), flat(json.loads(json.dumps(dict(now), default=repr)))
+    diffs = [f"{k}: saved {a.get(k, '(unset)')!r}, now {b.get(k, '(unset)')!r}"
+             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return "; ".join(diffs) if diffs else "the settings' key differs"
+
+
 def check_plan(
     selectors: Mapping[str, tuple[str, Mapping[str, Any]]],
     *,
     trainer: Mapping[str, Any],
     seeds: Sequence[int],
     out_dir: str | os.PathLike[str] | None = None,
+    federation: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Check everything a comparison can check before it trains anything.
 
     Builds every selector and checks its parameters against its declared constraints, checks
-    the trainer's parameters, refuses repeated or invalid seeds and labels whose file names
-    would collide, and checks that ``out_dir`` can be written (a result is written only when
+    the trainer's parameters (a model name must be registered; ``clients_per_round`` must not
+    exceed the federation's ``n_clients`` when ``federation`` gives it), refuses repeated or
+    invalid seeds and labels whose file names would collide, and checks that ``out_dir`` can
+    be written (a result is written only when
     its run has finished: an unwritable directory must not cost a run).
 
     Returns
@@ -115,6 +138,19 @@ def check_plan(
     trainer_kw = {k: v for k, v in trainer.items() if k != "selector"}
     tr = FederatedTrainer(**trainer_kw)  # unknown names: TypeError naming them
     validate_parameters(tr, trainer_kw, FederatedTrainer._parameter_constraints)
+    model = trainer_kw.get("model")
+    if isinstance(model, str):
+        from .plugins import list_models
+
+        if model not in list_models():
+            raise KeyError(f"unknown model {model!r}; registered models: {', '.join(list_models())}")
+    n_clients = (federation or {}).get("n_clients")
+    cpr = trainer_kw.get("clients_per_round")
+    if isinstance(n_clients, numbers.Integral) and isinstance(cpr, numbers.Integral) and 1 <= n_clients < cpr:
+        raise InvalidParameterError(
+            f"FederatedTrainer: parameter clients_per_round={cpr!r} is invalid; expected an integer between 1 "
+            f"and the federation's {n_clients} clients."
+        )
     if out_dir is not None:
         _check_writable_dir(Path(out_dir) / "runs")
     return built
@@ -358,6 +394,11 @@ class Comparison:
                 f"| {r['scheme']} | {len(r['seeds'])} | {r['mean']:+.1f} ± {r['std']:.1f} | {r['median']:+.1f} | "
                 f"{r['faster']} / {r['ties']} / {r['slower']} | {r['p']:.3f} | {r['p_holm']:.3f} |"
             )
+        most = max((len(r["seeds"]) for r in rows), default=0)
+        if 0 < most and 2.0 / 2**most > 0.05:  # the exact two-sided Wilcoxon test's smallest p with `most` pairs
+            lines.append("")
+            lines.append(f"With {most} seed(s) the smallest p-value the test can give is {2.0 / 2**most:.3f}: "
+                         "no difference can reach p < 0.05; run at least 6 seeds.")
         left_out = [f"{r['scheme']}: seed(s) {r['failed_seeds']}" for r in rows if r["failed_seeds"]]
         if left_out:
             lines.append("")
@@ -565,7 +606,7 @@ def run_comparison(
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None
     # Everything checkable before hours of work: selectors and their parameters, the trainer's, seeds, labels, out.
-    built = check_plan(selectors, trainer=trainer, seeds=seeds, out_dir=out)
+    built = check_plan(selectors, trainer=trainer, seeds=seeds, out_dir=out, federation=federation)
     trainer_kw = dict(trainer)
     for managed in ("selector", "checkpoint_dir", "checkpoint_every"):
         trainer_kw.pop(managed, None)
@@ -581,8 +622,9 @@ def run_comparison(
     todo = []
     for seed in seeds:
         for label, (name, params) in selectors.items():
-            key = _key({"federation": dict(federation), "trainer": trainer_kw, "selector": name,
-                        "params": dict(params), "seed": int(seed)})
+            settings = {"federation": dict(federation), "trainer": trainer_kw, "selector": name,
+                        "params": dict(params), "seed": int(seed)}
+            key = _key(settings)
             path = ckpt = None
             if out is not None:
                 path = out / "runs" / f"{_slug(label)}__seed{seed}.json"
@@ -600,12 +642,13 @@ def run_comparison(
                         continue
                 elif not overwrite:
                     raise ValueError(
-                        f"{path} holds a run with other settings (key {saved.get('key')} != {key}); "
-                        "use another output directory or overwrite=True (--overwrite)"
+                        f"{path} holds a run of label {label!r}, seed {seed} with other settings "
+                        f"({_settings_diff(saved.get('settings'), settings)}); use another output directory, or "
+                        "overwrite (--overwrite on the command line, overwrite=True in run_comparison)"
                     )
                 else:
                     _remove_tree(ckpt)
-            todo.append((seed, label, name, key, path, ckpt))
+            todo.append((seed, label, name, key, path, ckpt, settings))
     done = sum(len(v) for v in histories.values()) + sum(len(v) for v in failed.values())
     if done:
         n_failed = sum(len(v) for v in failed.values())
@@ -618,9 +661,9 @@ def run_comparison(
     if progress and todo:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc="runs", unit="run")
+        bar = tqdm(total=len(todo), desc="runs", unit="run", mininterval=0.1 if sys.stderr.isatty() else 30.0)
     try:
-        for seed, label, name, key, path, ckpt in todo:
+        for seed, label, name, key, path, ckpt, settings in todo:
             if seed not in feds:
                 feds = {seed: make_federation(random_state=int(seed), **dict(federation))}
             fed = feds[seed]
@@ -629,6 +672,8 @@ def run_comparison(
                 bar.set_description(f"{label} seed {seed}")
             start = time.perf_counter()
             use_ckpt = ckpt is not None and bool(checkpoint_every)
+            if use_ckpt and (ckpt / "checkpoint.pkl").exists():
+                log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
             tr = FederatedTrainer(
                 selector=built[label], random_state=int(seed), progress=progress, **trainer_kw,
                 **({"checkpoint_dir": ckpt, "checkpoint_every": int(checkpoint_every)} if use_ckpt else {}),
@@ -658,7 +703,8 @@ def run_comparison(
                 histories[label][int(seed)] = tr.history_
             if path is not None:
                 payload = {
-                    "key": key, "label": label, "selector": name, "seed": int(seed),
+                    "key": key, "settings": json.loads(json.dumps(settings, default=repr)),
+                    "label": label, "selector": name, "seed": int(seed),
                     "status": "finished" if error is None else "failed", "command": command,
                     "commit": commit, "seconds": time.perf_counter() - start,
                     "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),

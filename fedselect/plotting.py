@@ -103,6 +103,10 @@ def plot_selection_frequency(
     """
     labels = [k for k, v in results.items() if v]
     ax = _axes(ax, (max(7.0, n_clients * 0.09), 1.2 + 0.45 * len(labels)))
+    if not labels:  # every run failed: say so instead of drawing an empty frame
+        ax.text(0.5, 0.5, "no finished run to show", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return ax
     freq = np.array(
         [np.sum([h.selection_counts(n_clients) for h in results[label]], axis=0) / len(results[label])
          for label in labels]

@@ -65,7 +65,8 @@ def test_compare_writes_table_curves_and_resumes(tmp_path, capsys):
     # changed settings with the same output directory are refused, not mixed
     changed = [a if a != "4" else "5" for a in args]
     assert main(changed) == 2
-    assert "other settings" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "other settings (trainer.rounds: saved 4, now 5)" in err
 
 
 def test_unknown_selector_is_a_clear_error(tmp_path, capsys):
@@ -102,3 +103,19 @@ def test_compare_with_client_dropout(tmp_path, capsys):
     a, b = failed.values()
     assert a == b and any(a)  # every scheme of one seed faces the same failures
     assert all(d["history"]["config"]["trainer"]["dropout"] == 0.4 for d in runs.values())
+
+
+def test_typos_in_the_model_or_the_round_size_stop_a_comparison_before_any_run(tmp_path, capsys):
+    base = ["compare", "--selectors", "random", "--seeds", "0", "--out", str(tmp_path), *SMALL]
+    assert main([*base, "--model", "cnnn"]) == 2
+    assert "unknown model 'cnnn'; registered models: " in capsys.readouterr().err
+    assert main([*base, "--clients-per-round", "50"]) == 2
+    assert "clients_per_round=50 is invalid" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert main(["compare", "--selectors", "random", "random", "--seeds", "0", "--out", str(tmp_path), *SMALL]) == 2
+    assert "names 'random' twice" in capsys.readouterr().err
+
+
+def test_selector_parameter_values_read_like_python_or_lowercase():
+    assert parse_selector_spec("random:replace=true")[2] == {"replace": True}
+    assert parse_selector_spec("power-of-choice:d=none")[2] == {"d": None}

@@ -75,3 +75,14 @@ def test_holm_adjusts_a_family_of_p_values():
     out = holm([float("nan"), 0.02])
     assert np.isnan(out[0]) and out[1] == 0.02  # NaN is not a test: a family of one
     assert holm([]) == []
+
+
+def test_paired_table_says_when_too_few_seeds_can_never_be_significant():
+    ref = {s: _history([0.1, 0.9]) for s in range(3)}
+    slow = {s: _history([0.1, 0.2, 0.9]) for s in range(3)}
+    md = Comparison(histories={"ref": ref, "slow": slow}, target=0.8, n_clients=1).paired_markdown("ref")
+    assert "With 3 seed(s) the smallest p-value the test can give is 0.250" in md
+    ref6 = {s: _history([0.1, 0.9]) for s in range(6)}
+    slow6 = {s: _history([0.1, 0.2, 0.9]) for s in range(6)}
+    md6 = Comparison(histories={"ref": ref6, "slow": slow6}, target=0.8, n_clients=1).paired_markdown("ref")
+    assert "smallest p-value" not in md6 and "| 0.031 |" in md6  # 2 / 2**6: six seeds all one way

@@ -148,7 +148,8 @@ def test_bad_files_never_block_a_resume_and_overwrite_always_works(tmp_path):
     other = {**TRAINER, "lr": 0.1}
     (tmp_path / "runs" / "ok__seed1.json").write_text("")
     kw = dict(federation=FEDERATION, seeds=(0, 1), out_dir=tmp_path, progress=False, log=lambda m: None)
-    with pytest.raises(ValueError, match=r"ok__seed0\.json holds a run with other settings"):
+    with pytest.raises(ValueError, match=r"ok__seed0\.json holds a run of label 'ok', seed 0 with other settings "
+                       r"\(trainer\.lr: saved '\(unset\)', now 0\.1\)"):
         run_comparison(schemes, trainer=other, **kw)
     with pytest.warns(CorruptFileWarning, match=r"ok__seed1\.json"):
         comp = run_comparison(schemes, trainer=other, overwrite=True, **kw)

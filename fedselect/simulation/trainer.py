@@ -403,6 +403,8 @@ class FederatedTrainer(BaseEstimator):
         The fitted clone of ``selector``.
     parameters_ : ndarray
         The final global model, flattened.
+    resumed_from_ : int
+        The round this call started from: 0, or the round after the checkpoint it resumed.
 
     Examples
     --------
@@ -673,11 +675,16 @@ class FederatedTrainer(BaseEstimator):
                     _set_rng_state(state["rng"])
             self.selector_ = selector
             self.history_ = history
+            self.resumed_from_ = start
             bar = None
             if self.progress and not finished:
+                import sys
+
                 from tqdm.auto import tqdm
 
-                bar = tqdm(total=self.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False)
+                # On a terminal the bar redraws in place; in a log file every redraw is a line: few of them.
+                bar = tqdm(total=self.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False,
+                           mininterval=0.1 if sys.stderr.isatty() else 30.0)
             try:
                 for t in range(start, self.rounds if not finished else start):
                     try:
