@@ -675,12 +675,19 @@ class SelectorStrategy(Strategy):
     # -- nodes ------------------------------------------------------------------------
     def _setup(self, grid: Grid, arrays: ArrayRecord) -> None:
         self._layout = P.ModelLayout(arrays)
-        deadline = time.monotonic() + float(self.connect_timeout)
+        started = time.monotonic()
+        deadline = started + float(self.connect_timeout)
+        next_note = started + 10.0
         while True:
             self._refresh_nodes(grid)
             N = self.n_clients if self.n_clients is not None else self._reported_n
             if N is not None and all(k in self._n_samples for k in range(N)):
                 break
+            if time.monotonic() >= next_note:  # a wait of minutes must not look like a hang
+                log(INFO, "fedselect: waiting for the clients to connect: %d of %s so far (%.0f s of "
+                    "connect_timeout=%.0f s)", len(self._n_samples), N if N is not None else "?",
+                    time.monotonic() - started, float(self.connect_timeout))
+                next_note += 10.0
             if time.monotonic() > deadline:
                 have = sorted(self._n_samples)
                 if N is None:
