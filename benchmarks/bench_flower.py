@@ -63,6 +63,11 @@ def timed_evaluate_fn(clients: FederationClients, ends: list[float]):
 
 
 def simulator_seconds(fed, name, rounds, seed) -> float:
+    # A short throwaway run first: the simulator is timed first for each selector, so without it the
+    # one-time costs of first use (GPyTorch's and torch's first calls on these shapes) would land in its
+    # rounds and not in the Flower paths' that follow.
+    fedselect.FederatedTrainer(selector=fedselect.get_selector(name, **SCHEMES[name]), clients_per_round=4,
+                               rounds=min(rounds, 6), aggregation="data-size", random_state=seed, **TRAIN).fit(fed)
     ends: list[float] = []
     fedselect.FederatedTrainer(selector=fedselect.get_selector(name, **SCHEMES[name]), clients_per_round=4,
                                rounds=rounds, aggregation="data-size", random_state=seed,
