@@ -157,6 +157,9 @@ def plot_communication(
     ax.barh(y, means, xerr=stds, color="tab:blue", alpha=0.8)
     for yi, m, s, note in zip(y, means, stds, notes):
         ax.text(m + s, yi + 0.3, f" reached {note}", va="center", fontsize="small")
+    ends = [m + s for m, s in zip(means, stds)]
+    if ends and max(ends) > 0:
+        ax.set_xlim(0, 1.3 * max(ends))  # room for the "reached" notes of the longest bars
     ax.set_yticks(y, labels)
     ax.set_xlabel(f"floats communicated until {target:.0%} test accuracy")
     ax.grid(alpha=0.3, axis="x")
