@@ -169,8 +169,8 @@ def _variants() -> list[str]:
         "2026-11-23 the default rows of seeds 0-4 came from an earlier engine (commit 7c9b8ae, before the batched "
         "forward pass) and the variants from the current one, so their differences mixed the engine's last-bit "
         "differences (which change a model-dependent selector's path) with the reading; every DIR run was redone "
-        "with one engine on 2026-11-23, and the earlier runs are kept in `fedcor-fmnist-dir/earlier-engine-7c9b8ae/` "
-        "and `fedcor-fmnist-dir-variants/earlier-a2b2a8d/`.",
+        "with one engine on 2026-11-23; the superseded runs are in git history (commit f8f7fa0, folders "
+        "`fedcor-fmnist-dir/earlier-engine-7c9b8ae/` and `fedcor-fmnist-dir-variants/earlier-a2b2a8d/`).",
         "",
         merged.to_markdown(),
         "",

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedselect.compare import read_text, run_files
+
 SPLITS = ("dir0.6", "dir0.9", "iid")
 KS = (7, 8, 9)
 SPLIT_LABEL = {"dir0.6": "β = 0.6", "dir0.9": "β = 0.9", "iid": "IID"}
@@ -48,8 +50,8 @@ def load_cell(cell_dir: Path) -> dict[str, dict[int, object]]:
     from fedselect.simulation.history import History
 
     out: dict[str, dict[int, object]] = {}
-    for path in sorted((cell_dir / "runs").glob("*.json")):
-        saved = json.loads(path.read_text())
+    for path in run_files(cell_dir / "runs"):
+        saved = json.loads(read_text(path))
         out.setdefault(saved["label"], {})[int(saved["seed"])] = History.from_dict(saved["history"])
     return out
 
@@ -162,7 +164,7 @@ def write_outputs(out: Path, methods: list[str]) -> str:
 
     done = []
     for d in sorted(out.glob("k*-*")):
-        if not any((d / "runs").glob("*.json")):
+        if not run_files(d / "runs"):
             continue
         comp, _ = load_comparison(d, 0.85, title=f"FedLDCS {d.name}")
         comp.plot(d)

@@ -23,6 +23,7 @@ naming it, and its run is redone.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import numbers
@@ -45,7 +46,16 @@ import numpy as np
 from .simulation.checkpoint import CheckpointMismatchError, CorruptFileWarning, atomic_write_bytes, move_aside
 from .simulation.history import History
 
-__all__ = ["Comparison", "check_plan", "holm", "load_comparison", "run_comparison"]
+__all__ = [
+    "Comparison",
+    "check_plan",
+    "compress_runs",
+    "holm",
+    "load_comparison",
+    "read_text",
+    "run_comparison",
+    "run_files",
+]
 
 
 def _slug(label: str) -> str:
@@ -717,6 +727,7 @@ def run_comparison(
                 if diagnostics:
                     payload["selector_state"] = diagnostics
                 atomic_write_bytes(path, json.dumps(payload, default=repr).encode())
+                Path(str(path) + ".gz").unlink(missing_ok=True)  # a compressed earlier result is superseded
                 _remove_tree(ckpt)
             if bar is not None:
                 bar.update(1)
@@ -743,13 +754,46 @@ def _remove_tree(path: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A result file's text, gunzipped when its name ends in ``.gz``."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read()
+    return path.read_text()
+
+
+def run_files(runs_dir: str | os.PathLike[str]) -> list[Path]:
+    """The result files in ``runs_dir``, plain (``*.json``) or compressed (``*.json.gz``), sorted by name."""
+    runs = Path(runs_dir)
+    return sorted([*runs.glob("*.json"), *runs.glob("*.json.gz")], key=lambda p: p.name)
+
+
+def compress_runs(runs_dir: str | os.PathLike[str]) -> int:
+    """Gzip every plain result file of ``runs_dir`` in place (``x.json`` -> ``x.json.gz``); return how many.
+
+    Stored comparisons stay small this way; :func:`load_comparison` and a resumed
+    :func:`run_comparison` read either form.
+    """
+    n = 0
+    for path in sorted(Path(runs_dir).glob("*.json")):
+        data = path.read_bytes()
+        target = path.with_name(path.name + ".gz")
+        atomic_write_bytes(target, gzip.compress(data, mtime=0))
+        path.unlink()
+        n += 1
+    return n
+
+
 def _read_result(path: Path) -> dict[str, Any] | None:
-    """A run's result file, or None if absent; an unreadable one is moved aside with a warning."""
+    """A run's result file (``path``, or ``path`` + ``.gz``), or None if absent; an unreadable one is moved aside."""
+    if not path.exists() and Path(str(path) + ".gz").exists():
+        path = Path(str(path) + ".gz")
     try:
-        text = path.read_text()
+        text = read_text(path)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
         move_aside(path, f"{type(exc).__name__}: {exc}")
         return None
     reason = _result_problem(text)
@@ -816,11 +860,11 @@ def load_comparison(
     failed: dict[str, dict[int, dict[str, Any]]] = {}
     cells: list[dict[str, Any]] = []
     n_clients = 0
-    for path in sorted(runs.glob("*.json")):
+    for path in run_files(runs):
         try:
-            text = path.read_text()
+            text = read_text(path)
             problem = _result_problem(text)
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, EOFError) as exc:
             problem = f"{type(exc).__name__}: {exc}"
         if problem is not None:
             warnings.warn(f"{path} is unreadable ({problem}); skipped", CorruptFileWarning, stacklevel=2)

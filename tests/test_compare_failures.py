@@ -169,3 +169,24 @@ def test_an_interrupted_comparison_resumes_the_run_in_progress(flaky, tmp_path):
     assert flaky.rounds_selected == (6 - 3) + 6  # seed 0 from its round-3 checkpoint, then seed 1
     assert resumed.histories == reference.histories
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_compressed_results_are_loaded_and_resumed(tmp_path):
+    from fedselect.compare import compress_runs
+
+    schemes = {"ok": ("random", {})}
+    kw = dict(federation=FEDERATION, trainer=TRAINER, seeds=(0, 1), out_dir=tmp_path, progress=False,
+              log=lambda m: None)
+    first = run_comparison(schemes, **kw)
+    assert compress_runs(tmp_path / "runs") == 2
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["ok__seed0.json.gz", "ok__seed1.json.gz"]
+    notes = []
+    again = run_comparison(schemes, **{**kw, "log": notes.append})
+    assert again.histories == first.histories and "2 finished run(s) loaded, 0 to run" in notes[0]
+    loaded, cells = load_comparison(tmp_path, 0.3)
+    assert loaded.histories["ok"] == first.histories["ok"] and len(cells) == 2
+    (tmp_path / "runs" / "ok__seed1.json.gz").write_bytes(b"\x1f\x8b truncated")
+    with pytest.warns(CorruptFileWarning, match=r"ok__seed1\.json\.gz"):
+        redone = run_comparison(schemes, **kw)
+    assert redone.histories == first.histories
+    assert sorted(p.name for p in (tmp_path / "runs").glob("ok__*")) [:2] == ["ok__seed0.json.gz", "ok__seed1.json"]
