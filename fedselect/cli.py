@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("preset", help="preset name, e.g. fedcor-fmnist-2spc")
         else:
             p.add_argument("--preset", default="digits-quick", help="starting settings (default digits-quick)")
-        p.add_argument("--selectors", nargs="+", metavar="SPEC",
+        p.add_argument("--selectors", nargs="+", metavar="NAME[:P=V,...]",
                        help="schemes as name or label=name:param=value,... (default: the preset's)")
         p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's)")
         p.add_argument("--out", help="output directory (default fedselect-results/<preset>)")

@@ -1,8 +1,8 @@
 """Named experiment settings: a federation, a trainer configuration, the schemes and seeds to compare.
 
 ``fedselect reproduce <preset>`` and ``fedselect compare --preset <preset>`` run them.
-The papers' presets carry the papers' settings (see ``SPEC.md`` and each paper's
-appendix); where the official code differs from the paper's text, the preset follows
+The papers' presets carry the papers' settings (each paper's text and appendix); where the
+official code differs from the paper's text, the preset follows
 the code that produced the paper's tables and says so in ``notes``.
 """
 
@@ -75,7 +75,7 @@ def _fedcor_fmnist(
             "Pow-d": ("power-of-choice", {"d": 2 * c}),
             "FedCor": ("fedcor", {"warmup_rounds": 15, "gp_interval": 10, "beta": 0.95, "theta": 0.9}),
         },
-        seeds=tuple(range(10)),  # 0-4 until 2026-11-23; rounds to target vary widely with the seed
+        seeds=tuple(range(10)),  # rounds to target vary widely with the seed
         target=target,
         paper=paper,
         notes="Official-code details: dropout 0.5 after each hidden layer, 3 local epochs of batch 64 over each "
@@ -164,8 +164,9 @@ PRESETS: dict[str, Preset] = {
         paper={"Random": "1561", "AFL": "N/A", "Pow-d": "1558", "FedCor": "1033"},
     ),
     # FedLDCS (FedKDD 2024) Table 1: N = 10, K in {7, 8, 9}, Dirichlet beta 0.6 / 0.9 and IID, batch 32,
-    # 100 rounds. SPEC's choice for the recorded results: Fashion-MNIST with FedCor's MLP instead of CIFAR-10
-    # with a CNN, 1 local epoch, lr 0.01, 3 seeds. The paper's figures (CIFAR-10, one run) are shown beside ours;
+    # 100 rounds. Our choice for the recorded results (no CIFAR-10 here): Fashion-MNIST with FedCor's MLP
+    # instead of CIFAR-10 with a CNN, 1 local epoch, lr 0.01, 3 seeds. The paper's figures (CIFAR-10, one run)
+    # are shown beside ours;
     # the paper ran FLSim, so its round-robin and importance-sampling figures sit on the FLSim rows.
     **{
         f"ldcs-fmnist-k{k}-{split}": Preset(
@@ -212,7 +213,7 @@ PRESETS: dict[str, Preset] = {
                              "dir0.9": (74, 73, 73, 62.98, 62.89, 63.89)}[split],
                 }.items()
             },
-            notes="SPEC 'FedLDCS' choice: Fashion-MNIST + FedCor's 784-64-30-10 MLP (no dropout) in place of "
+            notes="Our choice (no CIFAR-10 here): Fashion-MNIST + FedCor's 784-64-30-10 MLP (no dropout) in place of "
             "CIFAR-10 + CNN, 1 local epoch, lr 0.01, 3 seeds (the paper: one run per cell). FedAvg data-size "
             "aggregation (the paper's Algorithm 1 averages uniformly). LDCS trains all 10 clients in round 0. "
             "The table to read is benchmarks/ldcs_table.py's: convergent round (accuracy within 1 point over 10 "
@@ -252,8 +253,9 @@ PRESETS: dict[str, Preset] = {
         notes="The paper's CNN is not specified beyond 'a CNN'; FedCor's CIFAR-10 CNN stands in. The paper does "
         "not give the local epochs or learning rate: 1 epoch and lr 0.01 as in the Fashion-MNIST presets.",
     ),
-    # HCSFed Table 1 (rounds to 80 % with logistic regression): N = 100, Dirichlet non-IID (SPEC's choice:
-    # alpha = 0.1), q = C / N in {0.1, 0.3, 0.5}, 50 local SGD steps, lr 0.01, batch 50, at most 200 rounds.
+    # HCSFed Table 1 (rounds to 80 % with logistic regression): N = 100, Dirichlet non-IID (our choice:
+    # alpha = 0.1, the paper's value is in its missing appendix), q = C / N in {0.1, 0.3, 0.5}, 50 local SGD
+    # steps, lr 0.01, batch 50, at most 200 rounds.
     **{
         f"hcsfed-{ds}-q{q}": Preset(
             name=f"hcsfed-{ds}-q{q}",
@@ -291,7 +293,8 @@ PRESETS: dict[str, Preset] = {
                               "Cluster": ("31", "16", "8"), "HCSFed": ("9", "8", "8")},
                 }[ds].items()
             },
-            notes="SPEC 'HCSFed' choices: Dirichlet alpha = 0.1 (the paper's appendix with its value is missing); "
+            notes="Our choices where the paper is silent: Dirichlet alpha = 0.1 (the paper's appendix with its value "
+            "is missing); "
             "the gradient compressor groups parameters by 1-D k-means on the global model's values (the paper's "
             "appendix A.2 is missing); H = 5 and R = 5 % (the low end of the paper's Fig. 4 ranges). 'Importance' "
             "is the norm-based optimal client sampling of Chen et al. (our 'ocs'); 'Importance-size' (data-size "

@@ -8,7 +8,7 @@ model ``w^t`` (flattened) and the selector's random stream, and returns the
 
 Two factories ship:
 
-``grouping`` (HCSFed's reading of Han et al.'s weight sharing, SPEC "HCSFed": **choice**)
+``grouping`` (our reading of HCSFed's compressor as Han et al.'s weight sharing: the paper's appendix is missing)
     the server splits the D parameters into ``ceil(R * D)`` groups by 1-D k-means on the
     values of ``w^t``; each client uploads the per-group mean of its update.
 ``projection``

@@ -210,7 +210,8 @@ def allocate(sizes: np.ndarray, cohesion: np.ndarray, m: int) -> np.ndarray:
 def round_shares(shares: np.ndarray, rng: np.random.RandomState, how: str = "systematic") -> np.ndarray:
     """Integer sample sizes m_h from real shares with ``sum_h m_h = m`` exactly.
 
-    ``"systematic"`` (SPEC's **choice**; Madow's systematic rounding): with one uniform
+    ``"systematic"`` (the default, our choice: the paper does not say how shares are
+    rounded; Madow's systematic rounding): with one uniform
     U on [0, 1) and cumulative shares C_h, ``m_h = floor(C_h + U) - floor(C_{h-1} + U)``.
     Then each m_h is floor(share_h) or ceil(share_h), ``E[m_h] = share_h`` exactly and the
     total is always m. ``"largest-remainder"``: floor every share and give the missing
@@ -300,8 +301,8 @@ class HCSFedSelector(BaseSelector):
        G_t^k from w^t and uploads X_t^k = GC(G_t^k) (``oracle.local_updates(all,
        transform=GC)``: N local trainings and N * d' floats up every round, HCSFed's
        price; a chosen client's training is that same update, never repeated).
-       ``compressor="grouping"`` (SPEC's **choice**; the paper's appendix A.2 with its
-       procedure is missing): the D parameters are split into ``ceil(R * D)`` groups
+       ``compressor="grouping"`` (the default, our choice: the paper's appendix A.2 with
+       its procedure is missing): the D parameters are split into ``ceil(R * D)`` groups
        by 1-D k-means on the values of w^t (quantile start, Lloyd iterations) and
        each client sends the per-group mean of its update (weight sharing after Han et
        al.). ``"projection"``: a Gaussian random projection to ``ceil(R * D)`` dims,
@@ -314,7 +315,7 @@ class HCSFedSelector(BaseSelector):
        ``m N_h S_h / sum_h N_h S_h`` (:func:`cluster_cohesion`, :func:`allocate`), capped
        at N_h with the excess re-shared; if every S_h is 0, shares are ``m N_h / N``
        (Eq. 4's plain cluster sampling). Shares are rounded to integers m_h by
-       systematic rounding (SPEC's **choice**, :func:`round_shares`): ``sum_h m_h = m``
+       systematic rounding (our choice, the paper is silent: :func:`round_shares`): ``sum_h m_h = m``
        exactly every round, ``E[m_h]`` = the exact share, and m_h <= N_h. The selection
        size is therefore always n (``variable_size = False``).
     4. **Importance selection** (Eq. 6): inside cluster h, m_h clients are drawn with

@@ -530,7 +530,7 @@ class FederatedTrainer(BaseEstimator):
         )
         if self.local_steps is not None and self.local_epochs is not None:
             raise ValueError("FederatedTrainer: set local_steps or local_epochs, not both")
-        self._report_probabilities(fed)
+        self._report_prob = self._report_probabilities(fed)  # kept for fit: a callable availability runs once
         s = self.lr_schedule
         if isinstance(s, Mapping):
             ok = all(is_int(k) and k >= 0 and is_real(v) and v > 0 for k, v in s.items())
@@ -640,7 +640,6 @@ class FederatedTrainer(BaseEstimator):
         # [training streams, selector, model init, client failures]; adding a word keeps the first three.
         self._seeds = np.random.SeedSequence(int(seed)).generate_state(4)
         self._fed = fed
-        self._report_prob = self._report_probabilities(fed)
         self._train_seed = int(self._seeds[0])
         if self.local_steps is not None:
             self._schedule = LocalSchedule(self.batch_size, steps=self.local_steps)
