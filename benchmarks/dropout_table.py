@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     for d in (0.0, args.dropout):
         dirs[d] = out / f"dropout-{d:g}"
         fedselect_main(["compare", "--preset", "digits-quick", "--selectors", *SCHEMES, "--seeds",
-                        *map(str, args.seeds), "--dropout", str(d), "--paired", "random", "--no-progress",
+                        *map(str, args.seeds), "--dropout", str(d), "--paired", "random", "--no-progress", "--compress",
                         "--out", str(dirs[d])])
     base, _ = load_comparison(dirs[0.0], TARGET, labels=SCHEMES)
     drop, cells = load_comparison(dirs[args.dropout], TARGET, labels=SCHEMES)

@@ -255,6 +255,10 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         title=preset.description.split(":")[0] if preset_name else "", retry_failed=args.retry_failed,
         checkpoint_every=args.checkpoint_every,
     )
+    if getattr(args, "compress", False):
+        from .compare import compress_runs
+
+        compress_runs(out / "runs")
     files = comp.write(out)
     files += comp.plot(out)
     print(comp.to_markdown())
@@ -333,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's)")
         p.add_argument("--out", help="output directory (default fedselect-results/<preset>)")
         p.add_argument("--overwrite", action="store_true", help="re-run saved runs whose settings differ")
+        p.add_argument("--compress", action="store_true",
+                       help="gzip the finished run files (OUT/runs/*.json -> *.json.gz) at the end; a rerun reads both")
         p.add_argument("--retry-failed", action="store_true",
                        help="run again the runs saved as failed (by default a failed run stays failed)")
         p.add_argument("--checkpoint-every", type=_non_negative, default=10, metavar="K",

@@ -119,3 +119,12 @@ def test_typos_in_the_model_or_the_round_size_stop_a_comparison_before_any_run(t
 def test_selector_parameter_values_read_like_python_or_lowercase():
     assert parse_selector_spec("random:replace=true")[2] == {"replace": True}
     assert parse_selector_spec("power-of-choice:d=none")[2] == {"d": None}
+
+
+def test_compare_compress_gzips_the_runs_and_a_rerun_reads_them(tmp_path, capsys):
+    args = ["compare", "--selectors", "random", "--seeds", "0", "1", "--out", str(tmp_path), "--compress", *SMALL]
+    assert main(args) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["random__seed0.json.gz", "random__seed1.json.gz"]
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "2 finished run(s) loaded, 0 to run" in capsys.readouterr().err
