@@ -157,3 +157,19 @@ def test_update_before_first_select_is_kept_and_not_queried_again():
 def test_parameter_errors(name, value):
     with pytest.raises(ValueError, match=rf"ActiveFLSelector: parameter {name}={value!r} is invalid"):
         ActiveFLSelector(**{name: value}).fit(ClientPool([1, 2]))
+
+
+def test_a_client_that_did_not_answer_is_asked_again_and_ranks_lowest_meanwhile():
+    from fedselect.testing import SyntheticOracle
+
+    oracle = SyntheticOracle(12, dropout=0.5, random_state=3)
+    sel = ActiveFLSelector(random_state=0).fit(ClientPool(oracle.n_samples))
+    sel.select(3, round=0, oracle=oracle)
+    silent = sorted(oracle.ledger.failed)
+    assert silent and not sel.known_[silent].any() and sel.known_.sum() == 12 - len(silent)
+    feedback = oracle.run_round(sel.select(3, round=0, oracle=oracle).validated(12, 3))
+    sel.update(feedback)
+    oracle.calls.clear()
+    sel.select(3, round=1, oracle=oracle)
+    asked = set(oracle.calls[0][1]) if oracle.calls else set()
+    assert set(silent) - set(feedback.clients.tolist()) <= asked  # asked again in the next round

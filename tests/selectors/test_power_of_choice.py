@@ -97,3 +97,13 @@ def test_d_smaller_than_n_is_an_error_at_select_time():
 def test_parameter_errors(d):
     with pytest.raises(ValueError, match=rf"PowerOfChoiceSelector: parameter d={d!r} is invalid; expected None or"):
         PowerOfChoiceSelector(d=d).fit(ClientPool([1, 2]))
+
+
+def test_candidates_that_did_not_answer_rank_last():
+    for seed in range(20):
+        oracle = SyntheticOracle(30, dropout=0.4, random_state=seed)
+        sel = PowerOfChoiceSelector(d=12, random_state=seed).fit(ClientPool(oracle.n_samples))
+        chosen = sel.select(4, round=0, oracle=oracle)
+        answered = [k for k in sel.last_candidates_.tolist() if k not in oracle.ledger.failed]
+        if len(answered) >= 4:
+            assert not set(chosen.clients.tolist()) & oracle.ledger.failed, f"seed {seed}"
