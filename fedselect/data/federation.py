@@ -45,8 +45,11 @@ class Federation:
     ----------
     X : ndarray of float32, shape (n, ``*input_shape``)
         The pool every client's data indexes into.
-    y : ndarray of int64, shape (n,)
-        Labels of the pool.
+    y : ndarray, shape (n,) or (n, d)
+        Targets of the pool: integer class labels, shape (n,) (classification), or float
+        regression targets, shape (n,) or (n, d) (a *regression* federation: train it with
+        ``FederatedTrainer(loss="mse")`` or a callable loss; it has no labels, so no label
+        histogram, and label-based partitions and selector metadata do not apply).
     client_indices : list of ndarray of int
         Per client, the indices into ``X`` it trains on.
     X_test, y_test : ndarray
@@ -56,7 +59,7 @@ class Federation:
         is measured (FedCor's official code: the last 20 % of its shuffled indices).
         ``None``: losses are measured on ``client_indices``.
     n_classes : int, default=10
-        Number of classes.
+        Number of classes (ignored for float targets).
     name : str, default=""
         A short label.
     metadata : dict
@@ -66,6 +69,10 @@ class Federation:
     ----------
     n_clients : int
     input_shape : tuple
+    regression : bool
+        True when the targets are floats.
+    n_outputs : int
+        What a model must output per sample: ``n_classes``, or the number of regression targets.
     n_train_samples : ndarray of int64
         Size of each client's training part.
     n_samples : ndarray of int64
@@ -97,15 +104,25 @@ class Federation:
     def __post_init__(self) -> None:
         X, y = np.asarray(self.X), np.asarray(self.y)
         X_test, y_test = np.asarray(self.X_test), np.asarray(self.y_test)
-        if y.ndim != 1 or X.ndim < 2 or X.shape[0] != y.shape[0]:
-            raise ValueError(f"Federation: X has shape {X.shape} but y has shape {y.shape}; expected (n, ...) and (n,)")
-        if y_test.ndim != 1 or X_test.shape[0] != y_test.shape[0]:
-            raise ValueError(f"Federation: X_test has shape {X_test.shape} but y_test has shape {y_test.shape}")
+        regression = np.issubdtype(y.dtype, np.floating)
+        max_dim = 2 if regression else 1
+        if not 1 <= y.ndim <= max_dim or X.ndim < 2 or X.shape[0] != y.shape[0]:
+            want = "(n,) or (n, d) float targets" if regression else "(n,) integer labels"
+            raise ValueError(f"Federation: X has shape {X.shape} but y has shape {y.shape}; expected X of shape "
+                             f"(n, ...) and {want}")
+        if y_test.shape[1:] != y.shape[1:] or X_test.shape[0] != y_test.shape[0]:
+            raise ValueError(f"Federation: X_test has shape {X_test.shape} but y_test has shape {y_test.shape} "
+                             f"(training targets: {y.shape})")
+        if np.issubdtype(y_test.dtype, np.floating) != regression:
+            raise ValueError(f"Federation: y has dtype {y.dtype} but y_test has dtype {y_test.dtype}; both must be "
+                             "integer labels (classification) or both floats (regression)")
+        if regression and not (np.isfinite(y).all() and np.isfinite(y_test).all()):
+            raise ValueError("Federation: the regression targets y / y_test contain NaN or inf")
         if y_test.size == 0:
             raise ValueError("Federation: the test split is empty")
         if X_test.shape[1:] != X.shape[1:]:
             raise ValueError(f"Federation: test inputs are {X_test.shape[1:]} but training inputs {X.shape[1:]}")
-        for name, labels in (("y", y), ("y_test", y_test)):
+        for name, labels in (("y", y), ("y_test", y_test)) if not regression else ():
             if labels.size and (not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0):
                 raise ValueError(f"Federation: {name} must hold non-negative integer labels")
             if labels.size and labels.max() >= self.n_classes:
@@ -127,9 +144,10 @@ class Federation:
                 if idx.size == 0:
                     raise ValueError(f"Federation: client {k} has no held-out data (eval_indices[{k}] is empty)")
         object.__setattr__(self, "X", X)
-        object.__setattr__(self, "y", y.astype(np.int64, copy=False))
+        tdtype = np.float32 if regression else np.int64
+        object.__setattr__(self, "y", y.astype(tdtype, copy=False))
         object.__setattr__(self, "X_test", X_test)
-        object.__setattr__(self, "y_test", y_test.astype(np.int64, copy=False))
+        object.__setattr__(self, "y_test", y_test.astype(tdtype, copy=False))
         object.__setattr__(self, "client_indices", clients)
         object.__setattr__(self, "eval_indices", evals)
 
@@ -137,6 +155,18 @@ class Federation:
     def n_clients(self) -> int:
         """N, the number of clients."""
         return len(self.client_indices)
+
+    @property
+    def regression(self) -> bool:
+        """True when the targets are floats (regression), False for integer class labels."""
+        return bool(np.issubdtype(self.y.dtype, np.floating))
+
+    @property
+    def n_outputs(self) -> int:
+        """Outputs a model needs per sample: ``n_classes``, or the number of regression targets."""
+        if not self.regression:
+            return int(self.n_classes)
+        return int(np.prod(self.y.shape[1:], dtype=np.int64)) if self.y.ndim > 1 else 1
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -168,7 +198,15 @@ class Federation:
         return self.eval_indices if self.eval_indices is not None else self.client_indices
 
     def label_histogram(self) -> np.ndarray:
-        """Label counts of each client's full data, shape (n_clients, n_classes), int64."""
+        """Label counts of each client's full data, shape (n_clients, n_classes), int64.
+
+        Raises
+        ------
+        ValueError
+            For a regression federation (float targets have no labels).
+        """
+        if self.regression:
+            raise ValueError("Federation.label_histogram: this federation has float (regression) targets, no labels")
         hist = np.zeros((self.n_clients, self.n_classes), dtype=np.int64)
         for k in range(self.n_clients):
             idx = self.client_indices[k]
@@ -178,14 +216,27 @@ class Federation:
         return hist
 
     def client_pool(self) -> ClientPool:
-        """The federation as a selector sees it: client sizes n_k and label histograms (metadata "labels")."""
+        """The federation as a selector sees it: client sizes n_k and label histograms (metadata "labels",
+        absent for a regression federation)."""
         from ..selection import ClientPool
 
+        if self.regression:
+            return ClientPool(self.n_samples, metadata={})
         return ClientPool(self.n_samples, metadata={"labels": self.label_histogram()})
 
     def summary(self) -> str:
         """One short paragraph describing the federation."""
         n = self.n_samples
+        if self.regression:
+            text = (
+                f"Federation{' ' + repr(self.name) if self.name else ''}: {self.n_clients} clients holding "
+                f"{int(n.sum())} samples of shape {self.input_shape} with {self.n_outputs} float target(s) "
+                f"(regression); client sizes min {int(n.min())}, median {int(np.median(n))}, max {int(n.max())}; "
+                f"{self.y_test.shape[0]} test samples."
+            )
+            if self.eval_indices is not None:
+                text += f" {int(n.sum() - self.n_train_samples.sum())} samples are held out to measure losses."
+            return text
         labels_per_client = (self.label_histogram() > 0).sum(axis=1)
         text = (
             f"Federation{' ' + repr(self.name) if self.name else ''}: {self.n_clients} clients holding "
@@ -200,9 +251,10 @@ class Federation:
         return text
 
     def __repr__(self) -> str:
+        kind = f"n_outputs={self.n_outputs} (regression)" if self.regression else f"n_classes={self.n_classes}"
         return (
             f"Federation(name={self.name!r}, n_clients={self.n_clients}, n_samples={int(self.n_samples.sum())}, "
-            f"input_shape={self.input_shape}, n_classes={self.n_classes}, "
+            f"input_shape={self.input_shape}, {kind}, "
             f"holdout={'yes' if self.eval_indices is not None else 'no'})"
         )
 
