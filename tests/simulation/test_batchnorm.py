@@ -70,7 +70,7 @@ def test_batched_batchnorm_training_equals_per_client_loop(make, schedule):
         for name, value in ref_b[i].items():
             torch.testing.assert_close(bufs[name][i], value, atol=1e-5, rtol=1e-5)
     # each client's statistics are its own: they moved, and differ between clients
-    mean = [k for k in bufs if k.endswith("running_mean")][0]
+    mean = next(k for k in bufs if k.endswith("running_mean"))
     assert not torch.allclose(bufs[mean][0], bufs[mean][1])
     assert not torch.allclose(bufs[mean][0], eng.buffers[mean])
 
