@@ -151,6 +151,145 @@ class Federation:
         object.__setattr__(self, "client_indices", clients)
         object.__setattr__(self, "eval_indices", evals)
 
+    @classmethod
+    def from_datasets(
+        cls,
+        train: Any,
+        test: Any,
+        *,
+        partition: str | Callable[..., list[np.ndarray]] | None = None,
+        n_clients: int | None = None,
+        holdout: float = 0.0,
+        random_state: Any = None,
+        n_classes: int | None = None,
+        name: str = "",
+        **partition_params: Any,
+    ) -> Federation:
+        """A federation from torch Datasets: one pool to partition, or one Dataset per client.
+
+        The Datasets are read once into arrays (``n * prod(input_shape) * 4`` bytes of
+        float32 inputs: 60,000 images of 1 x 28 x 28 take 188 MB), because the batched engine
+        gathers every client's minibatches from one in-memory pool; a Dataset's transform
+        runs once, when it is read (random augmentation is not redrawn per epoch).
+
+        Parameters
+        ----------
+        train : torch.utils.data.Dataset or list of Dataset
+            A map-style Dataset of ``(input, target)`` items, partitioned across ``n_clients``
+            by ``partition``; or a list of Datasets, one per client (the natural partition:
+            client k holds exactly ``train[k]``). Inputs are tensors or arrays of one shape
+            (torchvision: ``transform=transforms.ToTensor()``); targets are integer class
+            labels, or floats for a regression federation (train it with ``loss="mse"``).
+        test : Dataset or tuple of (X_test, y_test)
+            The shared test split: a Dataset like ``train``, or two arrays / tensors.
+        partition : {"iid", "shards", "dirichlet", "dirichlet-qp"}, callable or None
+            For a single Dataset: a named scheme (default ``"iid"``; the label-based ones need
+            integer labels) or ``f(y, n_clients, random_state=..., **partition_params)``
+            returning one index array per client. Must be left None (or ``"natural"``) for a
+            list of per-client Datasets.
+        n_clients : int, optional
+            Number of clients for a single Dataset (default 10); for a list, its length.
+        holdout : float, default 0.0
+            Fraction of each client's data held out to measure its loss (see :func:`split_holdout`).
+        random_state : int, RandomState instance or None
+            Seed of the partition and the holdout split.
+        n_classes : int, optional
+            Number of classes (default: the largest label + 1 over train and test).
+        name : str, default ""
+            A short label (also the ``dataset`` entry of ``metadata``).
+        **partition_params
+            Parameters of the partition scheme (``shards_per_client``, ``alpha``, ...).
+
+        Returns
+        -------
+        Federation
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> X, y = torch.randn(100, 3, 8, 8), torch.arange(100) % 4
+        >>> fed = Federation.from_datasets(TensorDataset(X[:80], y[:80]), (X[80:], y[80:]),
+        ...                                partition="shards", n_clients=8, shards_per_client=2, random_state=0)
+        >>> fed.n_clients, fed.input_shape, fed.n_classes
+        (8, (3, 8, 8), 4)
+        >>> per_client = [TensorDataset(X[i : i + 20], y[i : i + 20]) for i in range(0, 80, 20)]
+        >>> Federation.from_datasets(per_client, (X[80:], y[80:])).n_samples.tolist()
+        [20, 20, 20, 20]
+        """
+        from .sources import federation_from_datasets
+
+        return federation_from_datasets(train, test, partition=partition, n_clients=n_clients, holdout=holdout,
+                                        random_state=random_state, n_classes=n_classes, name=name,
+                                        **partition_params)
+
+    @classmethod
+    def from_partitioner(
+        cls,
+        partitioner: Any,
+        test: Any,
+        *,
+        features: str | None = None,
+        target: str = "label",
+        holdout: float = 0.0,
+        random_state: Any = None,
+        n_classes: int | None = None,
+        name: str = "",
+    ) -> Federation:
+        """A federation from a Flower Datasets partitioner: partition k is client k.
+
+        Needs the optional extra ``pip install "fedselect[flwr-datasets]"`` (flwr-datasets
+        0.6, which brings Hugging Face ``datasets``, ``pyarrow`` and ``pandas``: about 300 MB
+        installed on top of fedselect's own dependencies, measured with pip into an empty
+        target directory). fedselect itself never imports it, and never downloads data: give
+        the partitioner a dataset first (``partitioner.dataset = ds``, e.g. a
+        ``datasets.Dataset.from_dict({...})`` built from arrays, or one loaded by your own code).
+        Every partition is loaded and read into arrays (see :meth:`from_datasets` for the memory).
+
+        Parameters
+        ----------
+        partitioner : flwr_datasets.partitioner.Partitioner
+            Any partitioner whose ``dataset`` is set (IidPartitioner, DirichletPartitioner,
+            NaturalIdPartitioner, ...); ``num_partitions`` clients.
+        test : datasets.Dataset, torch Dataset or tuple of (X_test, y_test)
+            The shared test split (a Hugging Face Dataset with the same columns, a torch
+            Dataset of (input, target) items, or two arrays).
+        features : str, optional
+            The input column; default: the one column other than ``target``. An ``Image``
+            column becomes float32 in [0, 1], channels first (n, C, H, W).
+        target : str, default "label"
+            The target column: integer labels, or floats for regression.
+        holdout : float, default 0.0
+            Fraction of each client's data held out to measure its loss.
+        random_state : int, RandomState instance or None
+            Seed of the holdout split (the partition is the partitioner's, seeded by its own ``seed``).
+        n_classes : int, optional
+            Number of classes (default: the largest label + 1).
+        name : str, default ""
+            A short label.
+
+        Returns
+        -------
+        Federation
+
+        Raises
+        ------
+        ValueError
+            The partitioner has no dataset, a partition is empty, or a column is missing or ambiguous.
+
+        Examples
+        --------
+        >>> from datasets import Dataset  # doctest: +SKIP
+        >>> from flwr_datasets.partitioner import DirichletPartitioner  # doctest: +SKIP
+        >>> part = DirichletPartitioner(num_partitions=10, partition_by="label", alpha=0.3, seed=0)  # doctest: +SKIP
+        >>> part.dataset = Dataset.from_dict({"x": X_train, "label": y_train})  # doctest: +SKIP
+        >>> fed = Federation.from_partitioner(part, test=(X_test, y_test))  # doctest: +SKIP
+        """
+        from .sources import federation_from_partitioner
+
+        return federation_from_partitioner(partitioner, test, features=features, target=target, holdout=holdout,
+                                           random_state=random_state, n_classes=n_classes, name=name)
+
     @property
     def n_clients(self) -> int:
         """N, the number of clients."""
