@@ -209,3 +209,32 @@ def test_a_model_vmap_cannot_run_is_refused_before_training():
     fed = make_federation("digits", n_clients=4, random_state=0)
     with pytest.raises(ValueError, match=r"ItemModel cannot be trained by fedselect's batched engine.*\.item\(\)"):
         FederatedTrainer(model=ItemModel(), rounds=1, clients_per_round=2).fit(fed)
+
+
+def test_resuming_a_batchnorm_run_equals_not_stopping(tmp_path):
+    """The checkpoint carries the global buffers: a resumed run does not restart from the initial statistics."""
+    fed = make_federation("digits", partition="shards", n_clients=8, random_state=0)
+    kw = dict(model=bn_mlp, rounds=6, clients_per_round=3, local_steps=3, batch_size=20, random_state=0)
+    reference = FederatedTrainer(**kw).fit(fed)
+
+    def stop(trainer, record):
+        if record.round == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        FederatedTrainer(**kw, checkpoint_dir=tmp_path, checkpoint_every=2, callback=stop).fit(fed)
+    resumed = FederatedTrainer(**kw, checkpoint_dir=tmp_path, checkpoint_every=2).fit(fed)
+    assert resumed.resumed_from_ == 4
+    assert resumed.history_ == reference.history_
+    for name, value in reference.buffers_.items():
+        np.testing.assert_array_equal(resumed.buffers_[name], value)
+
+
+def test_flower_helpers_refuse_models_with_buffers():
+    pytest.importorskip("flwr")
+    from fedselect.flower import FederationClients
+
+    fed = make_federation("digits", n_clients=4, random_state=0)
+    clients = FederationClients(fed, model=bn_mlp(fed.input_shape, 10))
+    with pytest.raises(NotImplementedError, match=r"batch norm statistics.*FederatedTrainer"):
+        _ = clients.engine
