@@ -20,6 +20,7 @@ examples:
   fedselect compare --dataset fmnist --partition shards --n-clients 100 --rounds 200 --target 0.69
   fedselect reproduce fedcor-fmnist-2spc             # FedCor's Table 1 setting (hours; resumable)
   fedselect run --selector afl --rounds 50 --out run.json
+  fedselect compare --plugin my_selector.py --selectors random largest-loss   # your scheme, no packaging
   fedselect list
 """
 
@@ -73,11 +74,37 @@ def parse_selector_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     return label or (name if not params else f"{name}({rest})"), name, params
 
 
+def _registered(kind: str) -> str:
+    """The names the registry knows for ``kind`` ("models" or "partitions"), for help texts."""
+    try:
+        if kind == "partitions":
+            from .data.partition import PARTITIONS
+
+            names = list(PARTITIONS)
+        else:
+            from .plugins import registry
+
+            names = sorted({e.name for e in registry(kind).values()})
+    except Exception:  # a broken plugin must not break --help; `fedselect list` reports it
+        return "see `fedselect list`"
+    return ", ".join(names)
+
+
+def _plugin_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+        help="load a plugin without packaging it: a Python file (path ending .py) or an importable module whose "
+        "@fedselect.hookimpl functions (register_selectors, register_datasets, register_models) register as an "
+        "installed plugin's would; repeatable (default: none). Runs that use it record its path and content hash.",
+    )
+
+
 def _federation_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("federation")
-    g.add_argument("--dataset", help="registered dataset: digits (default, ships with scikit-learn), fmnist, ...")
+    g.add_argument("--dataset", help=f"registered dataset: {_registered('datasets')} or synthetic (digits ships "
+                   "with scikit-learn)")
     g.add_argument("--data-dir", help="directory with the dataset's files (else $FEDSELECT_DATA and the defaults)")
-    g.add_argument("--partition", help="iid, shards, dirichlet or dirichlet-qp")
+    g.add_argument("--partition", help=f"{_registered('partitions')} (see `fedselect list`)")
     g.add_argument("--n-clients", type=int, help="N, the number of clients")
     g.add_argument("--shards-per-client", type=int, help="for --partition shards (2 = FedCor's 2SPC)")
     g.add_argument("--alpha", type=float, help="Dirichlet concentration for dirichlet / dirichlet-qp")
@@ -86,7 +113,7 @@ def _federation_args(p: argparse.ArgumentParser) -> None:
 
 def _trainer_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training")
-    g.add_argument("--model", help="logistic, mlp or cnn")
+    g.add_argument("--model", help=f"a registered model: {_registered('models')}")
     g.add_argument("--clients-per-round", type=int, help="C, clients chosen each round")
     g.add_argument("--rounds", type=int, help="number of rounds")
     g.add_argument("--local-epochs", type=int, help="local epochs per round")
@@ -156,7 +183,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name:<18} {doc}{alias}  [{e.plugin}]")
     print("datasets:  " + ", ".join(list_datasets()))
     print("models:    " + ", ".join(list_models()))
-    print("partitions: iid, shards, dirichlet, dirichlet-qp")
+    from .data.partition import PARTITIONS
+
+    print("partitions: " + ", ".join(PARTITIONS))
     print("presets:")
     for name in sorted(PRESETS):
         print(f"  {name:<22} {PRESETS[name].description}")
@@ -219,6 +248,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_out(args: argparse.Namespace, preset: Any, federation: dict[str, Any], trainer: dict[str, Any]) -> Path:
+    """``fedselect-results/<preset>``, or ``<preset>-<hash>`` when the federation or training options differ.
+
+    The hash covers the federation and trainer settings only: --selectors and --seeds add runs to the
+    same folder (each run is keyed on its own), while a changed option starts a folder of its own
+    instead of colliding with the runs of the preset's settings.
+    """
+    from .compare import _key
+
+    base_args = build_parser().parse_args([args.command, *([preset.name] if args.command == "reproduce" else [])])
+    base_fed, base_tr = dict(preset.federation), dict(preset.trainer)
+    _apply_overrides(base_args, base_fed, base_tr)
+    root = Path("fedselect-results")
+    if (federation, trainer) == (base_fed, base_tr):
+        return root / preset.name
+    return root / f"{preset.name}-{_key({'federation': federation, 'trainer': trainer})[:8]}"
+
+
 def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) -> int:
     from .compare import run_comparison
     from .presets import get_preset
@@ -236,9 +283,9 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
                                  f"e.g. a={spec} b={spec})")
             selectors[label] = (name, params)
     else:
-        from .plugins import list_selectors
+        from .plugins import registry
 
-        known = set(list_selectors())
+        known = set(registry("selectors"))  # canonical names and aliases
         selectors = {k: v for k, v in preset.selectors.items() if v[0] in known}
         missing = [k for k, v in preset.selectors.items() if v[0] not in known]
         if missing:
@@ -247,7 +294,7 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
     if args.paired is not None and args.paired not in selectors:
         raise ValueError(f"--paired {args.paired!r} is not one of the schemes compared: {', '.join(selectors)}")
     target = trainer.get("target_accuracy") or preset.target
-    out = Path(args.out) if args.out else Path("fedselect-results") / preset.name
+    out = Path(args.out) if args.out else _default_out(args, preset, federation, trainer)
     print(f"comparing {', '.join(selectors)} over seeds {list(seeds)}; results in {out}/", file=sys.stderr)
     comp = run_comparison(
         selectors, federation=federation, trainer=trainer, seeds=seeds, target=target, out_dir=out,
@@ -296,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list installed selectors (from every plugin), datasets, models and presets",
                        description="List installed selectors (from every plugin), datasets, models and presets.")
+    _plugin_arg(p)
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser(
@@ -311,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=_non_negative, default=10, metavar="K",
                    help="with --out, checkpoint every K rounds (default 10; 0 = never)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _plugin_arg(p)
     _federation_args(p)
     _trainer_args(p)
     p.set_defaults(func=_cmd_run)
@@ -335,7 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--selectors", nargs="+", metavar="NAME[:P=V,...]",
                        help="schemes as name or label=name:param=value,... (default: the preset's)")
         p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's)")
-        p.add_argument("--out", help="output directory (default fedselect-results/<preset>)")
+        p.add_argument("--out", help="output directory (default fedselect-results/<preset> with the preset's "
+                       "settings, fedselect-results/<preset>-<hash of the settings> when a federation or training "
+                       "option differs, so changed settings never collide with earlier runs; other --selectors and "
+                       "--seeds add runs to the same folder)")
         p.add_argument("--overwrite", action="store_true", help="re-run saved runs whose settings differ")
         p.add_argument("--compress", action="store_true",
                        help="gzip the finished run files (OUT/runs/*.json -> *.json.gz) at the end; a rerun reads both")
@@ -347,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--paired", metavar="LABEL",
                        help="also compare every scheme with LABEL seed by seed (Wilcoxon test), into OUT/paired.md")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        _plugin_arg(p)
         _federation_args(p)
         _trainer_args(p)
         if cmd == "reproduce":
@@ -387,6 +440,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        if getattr(args, "plugin", None):
+            from .plugins import load_plugin
+
+            for plugin in args.plugin:
+                load_plugin(plugin)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("\ninterrupted: finished runs and checkpoints are saved; rerun the same command to resume",

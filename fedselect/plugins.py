@@ -341,7 +341,7 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     an installed entry-point plugin's would. A file is imported as a module named after it
     (``my_selector.py`` -> ``my_selector``, so its classes pickle and their settings read
     ``my_selector:MySelector``); its directory is not added to ``sys.path``. Loading the
-    same file again does nothing.
+    same file again does nothing unless its content changed (then it is imported afresh).
 
     Parameters
     ----------
@@ -384,7 +384,11 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     label = f"file {resolved}"
     existing = pm.get_plugin(label)
     if existing is not None:
-        return existing
+        if _user_plugins.get(label, {}).get("sha256") == _file_sha256(resolved):
+            return existing
+        pm.unregister(existing)  # the file changed since: load it afresh
+        sys.modules.pop(getattr(existing, "__name__", ""), None)
+        _user_plugins.pop(label, None)
     mod_name = path.stem
     if not mod_name.isidentifier():
         raise PluginError(f"plugin file {text}: {mod_name!r} is not a valid module name; rename the file "
