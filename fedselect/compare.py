@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import inspect
 import json
 import numbers
 import os
@@ -316,9 +317,9 @@ def check_plan(
     validate_parameters(tr, trainer_kw, FederatedTrainer._parameter_constraints)
     model = trainer_kw.get("model")
     if isinstance(model, str):
-        from .plugins import list_models
+        from .plugins import list_models, registry
 
-        if model not in list_models():
+        if model not in registry("models"):  # names and aliases
             raise KeyError(f"unknown model {model!r}; registered models: {', '.join(list_models())}")
     _check_clients_per_round(trainer_kw.get("clients_per_round"), source.n_clients() if source else None)
     if out_dir is not None:
@@ -958,10 +959,15 @@ def run_settings(federation: Any, trainer: Mapping[str, Any], selector: Any, see
 
     spec = as_selector_spec(selector)
     settings = {"federation": federation, "trainer": dict(trainer), **spec.settings(), "seed": int(seed)}
-    dataset = federation.get("dataset", "digits") if isinstance(federation, Mapping) else None
-    objects = tuple(o for o in (spec.cls, trainer.get("model")) if o is not None and not isinstance(o, str))
-    plugins = user_plugins_used(selector=spec.name, dataset=dataset, model=trainer.get("model", "mlp"),
-                                objects=objects)
+    # What a run uses when the mapping leaves it out: the defaults of make_federation and the trainer.
+    from .data import make_federation
+    from .simulation.trainer import FederatedTrainer
+
+    dataset = (federation.get("dataset", inspect.signature(make_federation).parameters["dataset"].default)
+               if isinstance(federation, Mapping) else None)
+    model = trainer.get("model", FederatedTrainer().model)
+    objects = tuple(o for o in (spec.cls, model) if not isinstance(o, str))
+    plugins = user_plugins_used(selector=spec.name, dataset=dataset, model=model, objects=objects)
     if plugins:
         settings["plugins"] = plugins
     return settings
