@@ -141,8 +141,8 @@ def selector_table(selectors: SelectorsArg) -> dict[str, Any]:
 def _federation_fingerprint(fed: Any) -> str:
     """A hash of a Federation's content: its arrays (dtype, shape, bytes), client index lists and classes.
 
-    Cost: one pass of SHA-256 over the data (about 0.2 s for 200 MB); names and metadata are
-    not included, so a renamed but identical federation keeps its fingerprint.
+    Cost: one SHA-256 pass over the data, linear in its size (hundreds of MB per second); names
+    and metadata are not included, so a renamed but identical federation keeps its fingerprint.
     """
     h = hashlib.sha256()
 
@@ -176,7 +176,7 @@ class _FederationSource:
             self.kind = "mapping"
         elif isinstance(federation, Federation):
             self.kind = "object"
-            self._fingerprint = _federation_fingerprint(federation)
+            self._fingerprint: str | None = None  # computed when first needed
         elif callable(federation):
             self.kind = "factory"
             self._fingerprints: dict[int, str] = {}
@@ -222,6 +222,8 @@ class _FederationSource:
         if self.kind == "mapping":
             return dict(self.spec)
         if self.kind == "object":
+            if self._fingerprint is None:
+                self._fingerprint = _federation_fingerprint(self.spec)
             return {"federation": "Federation", "fingerprint": self._fingerprint}
         if int(seed) not in self._fingerprints:
             self.build(seed)
