@@ -755,7 +755,10 @@ def run_comparison(
         build the same federation for the same seed. The saved settings identify an object
         by a fingerprint of its content (SHA-256 of its arrays and client index lists)
         and a factory by ``module:qualname`` and the fingerprint of what it built for the
-        seed. Anything else is a TypeError before any training.
+        seed: a factory is therefore called for every seed before any training (to key the
+        runs and check what it returns), and again when that seed's runs start (one
+        federation is held in memory at a time). Anything else is a TypeError before any
+        training.
     trainer : mapping
         Keyword arguments of :class:`fedselect.FederatedTrainer` (no ``selector``).
     seeds : sequence of int

@@ -49,6 +49,9 @@ def test_the_readme_plugin_works_as_a_plain_file(tmp_path, unload, capsys):
     assert main(["list", "--plugin", str(plugin)]) == 0
     listed = capsys.readouterr().out
     assert re.search(r"largest-loss +Train the n clients whose loss .*\[file .*my_selector\.py\]", listed)
+    from fedselect.data.partition import PARTITIONS
+
+    assert "partitions: " + ", ".join(PARTITIONS) + "\n" in listed  # from the registry of partition schemes
     out = tmp_path / "out"
     code = main(["compare", "--plugin", str(plugin), "--selectors", "random", "largest-loss", "--out", str(out), *FAST])
     assert code == 0, capsys.readouterr().err
