@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ._console import bars_wanted
 from .simulation.checkpoint import CheckpointMismatchError, CorruptFileWarning, atomic_write_bytes, move_aside
 from .simulation.history import History
 
@@ -588,7 +589,8 @@ def run_comparison(
     overwrite : bool
         Re-run cells whose saved settings differ (and discard their checkpoints) instead of raising.
     progress : bool
-        Progress bars (overall and per run).
+        Progress bars (overall and per run) on a terminal or in a notebook; elsewhere (stderr
+        redirected to a file) one line per finished run through ``log`` instead.
     command : sequence of str, optional
         Recorded with each run (defaults to ``sys.argv``).
     paper : mapping, optional
@@ -668,12 +670,13 @@ def run_comparison(
     n_clients = 0
     feds: dict[int, Any] = {}
     bar = None
-    if progress and todo:
+    bars = progress and bars_wanted()  # in a log file: one line per finished run instead of redrawn bars
+    if bars and todo:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc="runs", unit="run", mininterval=0.1 if sys.stderr.isatty() else 30.0)
+        bar = tqdm(total=len(todo), desc="runs", unit="run")
     try:
-        for seed, label, name, key, path, ckpt, settings in todo:
+        for i_run, (seed, label, name, key, path, ckpt, settings) in enumerate(todo, 1):
             if seed not in feds:
                 feds = {seed: make_federation(random_state=int(seed), **dict(federation))}
             fed = feds[seed]
@@ -685,7 +688,7 @@ def run_comparison(
             if use_ckpt and (ckpt / "checkpoint.pkl").exists():
                 log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
             tr = FederatedTrainer(
-                selector=built[label], random_state=int(seed), progress=progress, **trainer_kw,
+                selector=built[label], random_state=int(seed), progress=bars, **trainer_kw,
                 **({"checkpoint_dir": ckpt, "checkpoint_every": int(checkpoint_every)} if use_ckpt else {}),
             )
             error: dict[str, Any] | None = None
@@ -731,6 +734,13 @@ def run_comparison(
                 _remove_tree(ckpt)
             if bar is not None:
                 bar.update(1)
+            elif progress and error is None:
+                h = tr.history_
+                acc = h.final_accuracy()
+                log(f"[{i_run}/{len(todo)}] {label} seed {seed}: {len(h)} rounds in "
+                    f"{time.perf_counter() - start:.1f} s, final accuracy "
+                    f"{'-' if acc is None else f'{acc:.3f}'}, rounds to {target:.0%}: "
+                    f"{h.rounds_to_accuracy(target) or 'not reached'}")
     finally:
         if bar is not None:
             bar.close()

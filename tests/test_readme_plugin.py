@@ -103,7 +103,8 @@ def test_the_readme_plugin_recipe_works_as_written(tmp_path):
         outputs.append((shlex.split(line)[:2], done.stdout))
 
     listed = next(out for words, out in outputs if words == ["fedselect", "list"])
-    assert re.search(r"^\s+largest-loss\s.*largest-loss \(fedselect-mine\)", listed, re.M), listed
+    assert re.search(r"^  largest-loss +Train the n clients.*\n +plugin: largest-loss \(fedselect-mine\)$", listed,
+                     re.M), listed
     table = next(out for words, out in outputs if words == ["fedselect", "compare"])
     assert re.search(r"^\| largest-loss \|", table, re.M), table
     runs = sorted(p.name for p in (pkg / "fedselect-results").glob("*/runs/largest-loss__seed*.json"))
