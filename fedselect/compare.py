@@ -424,7 +424,7 @@ class Comparison:
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from .plotting import plot_accuracy, plot_communication, plot_selection_frequency
+        from .plotting import figure_size, plot_accuracy, plot_communication, plot_selection_frequency
 
         out = Path(out_dir or self.out_dir or ".")
         out.mkdir(parents=True, exist_ok=True)
@@ -436,16 +436,15 @@ class Comparison:
         for name, draw in (
             ("accuracy.png",
              lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title, failed=failed)),
-            ("selection_frequency.png", lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax)),
-            ("communication.png", lambda ax: plot_communication(res, self.target, ax=ax, failed=failed)),
+            ("selection_frequency.png",
+             lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax, title=self.title)),
+            ("communication.png",
+             lambda ax: plot_communication(res, self.target, ax=ax, title=self.title, failed=failed)),
         ):
-            if name.startswith("selection"):
-                size = (max(7.0, self.n_clients * 0.09), 1.2 + 0.45 * len(res))
-            else:
-                size = (7.0, 4.5)
+            size = figure_size(name.removesuffix(".png"), list(res), self.n_clients)
             fig, ax = plt.subplots(figsize=size, constrained_layout=True)
             draw(ax)
-            fig.savefig(out / name, dpi=120)
+            fig.savefig(out / name, dpi=120, bbox_inches="tight")  # long labels and titles stay whole
             plt.close(fig)
             paths.append(out / name)
         return paths
