@@ -307,15 +307,21 @@ class Comparison:
         """The table as Markdown.
 
         A rounds cell is N/A when any seed missed the target or failed (followed by the mean
-        of the seeds that reached it); the cost columns average the seeds that reached it.
+        of the seeds that reached it). Every header says what its cell averages over: rounds,
+        accuracies and seconds are means over the finished seeds, the cost columns (what one
+        run spent until it reached the target) are means over the seeds that reached it.
         When a run failed, a last column names each failed seed, its error type and round,
-        and "reached" counts it among the seeds.
+        and "seeds reaching" counts it among the seeds.
         """
         rows = self.rows()
         paper = any("paper" in r for r in rows)
         any_failed = any("failed" in r for r in rows)
-        head = ["scheme", f"rounds to {self.target:.0%}", "reached", "final acc", "best acc",
-                "Mfloats to target", "models down", "losses up", "trainings", "s / run"]
+        target = f"{self.target:.0%}"
+        to_target = f"to {target} per run, mean over seeds reaching it"
+        head = ["scheme", f"rounds to {target}, mean ± std over seeds", f"seeds reaching {target}",
+                "final acc, mean over seeds", "best acc, mean over seeds", f"Mfloats communicated {to_target}",
+                f"models down {to_target}", f"losses up {to_target}", f"local trainings {to_target}",
+                "seconds per run, mean over seeds"]
         if paper:
             head.insert(2, "paper")
         if any_failed:

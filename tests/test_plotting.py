@@ -1,4 +1,4 @@
-"""The comparison figures say what they show (the setting, what the bands are) and cut no label."""
+"""Comparison figures and tables say what they show (setting, what bands and cells average over), cut no label."""
 
 from __future__ import annotations
 
@@ -97,3 +97,22 @@ def test_one_seed_draws_no_band_and_says_so(comparison):
         assert not ax.collections  # no fill_between
     finally:
         plt.close(ax.figure)
+
+
+def test_table_headers_say_what_each_column_averages_over(comparison):
+    lines = comparison.to_markdown().splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[:5] == ["scheme", "rounds to 20%, mean ± std over seeds", "seeds reaching 20%",
+                        "final acc, mean over seeds", "best acc, mean over seeds"]
+    costs = head[5:9]
+    assert [c.split(" to 20%")[0] for c in costs] == [
+        "Mfloats communicated", "models down", "losses up", "local trainings"]
+    assert all(c.endswith("to 20% per run, mean over seeds reaching it") for c in costs), costs
+    assert head[9] == "seconds per run, mean over seeds"
+    # ... and the cells are those means.
+    row = dict(zip(head, (c.strip() for c in lines[2].strip("|").split("|"))))
+    runs = comparison.histories[row["scheme"]].values()
+    reaching = [h.costs_to_accuracy(0.2) for h in runs if h.rounds_to_accuracy(0.2) is not None]
+    assert reaching, "the fixture's target is meant to be reached"
+    assert float(row[costs[1]]) == pytest.approx(sum(c.models_down for c in reaching) / len(reaching), abs=0.5)
+    assert row["seeds reaching 20%"] == f"{len(reaching)}/{len(runs)}"
