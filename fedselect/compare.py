@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ._console import bars_wanted
 from .simulation.checkpoint import CheckpointMismatchError, CorruptFileWarning, atomic_write_bytes, move_aside
 from .simulation.history import History
 
@@ -469,15 +470,21 @@ class Comparison:
         """The table as Markdown.
 
         A rounds cell is N/A when any seed missed the target or failed (followed by the mean
-        of the seeds that reached it); the cost columns average the seeds that reached it.
+        of the seeds that reached it). Every header says what its cell averages over: rounds,
+        accuracies and seconds are means over the finished seeds, the cost columns (what one
+        run spent until it reached the target) are means over the seeds that reached it.
         When a run failed, a last column names each failed seed, its error type and round,
-        and "reached" counts it among the seeds.
+        and "seeds reaching" counts it among the seeds.
         """
         rows = self.rows()
         paper = any("paper" in r for r in rows)
         any_failed = any("failed" in r for r in rows)
-        head = ["scheme", f"rounds to {self.target:.0%}", "reached", "final acc", "best acc",
-                "Mfloats to target", "models down", "losses up", "trainings", "s / run"]
+        target = f"{self.target:.0%}"
+        to_target = f"to {target} per run, mean over seeds reaching it"
+        head = ["scheme", f"rounds to {target}, mean ± std over seeds", f"seeds reaching {target}",
+                "final acc, mean over seeds", "best acc, mean over seeds", f"Mfloats communicated {to_target}",
+                f"models down {to_target}", f"losses up {to_target}", f"local trainings {to_target}",
+                "seconds per run, mean over seeds"]
         if paper:
             head.insert(2, "paper")
         if any_failed:
@@ -586,7 +593,7 @@ class Comparison:
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from .plotting import plot_accuracy, plot_communication, plot_selection_frequency
+        from .plotting import figure_size, plot_accuracy, plot_communication, plot_selection_frequency
 
         out = Path(out_dir or self.out_dir or ".")
         out.mkdir(parents=True, exist_ok=True)
@@ -598,16 +605,15 @@ class Comparison:
         for name, draw in (
             ("accuracy.png",
              lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title, failed=failed)),
-            ("selection_frequency.png", lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax)),
-            ("communication.png", lambda ax: plot_communication(res, self.target, ax=ax, failed=failed)),
+            ("selection_frequency.png",
+             lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax, title=self.title)),
+            ("communication.png",
+             lambda ax: plot_communication(res, self.target, ax=ax, title=self.title, failed=failed)),
         ):
-            if name.startswith("selection"):
-                size = (max(7.0, self.n_clients * 0.09), 1.2 + 0.45 * len(res))
-            else:
-                size = (7.0, 4.5)
+            size = figure_size(name.removesuffix(".png"), list(res), self.n_clients)
             fig, ax = plt.subplots(figsize=size, constrained_layout=True)
             draw(ax)
-            fig.savefig(out / name, dpi=120)
+            fig.savefig(out / name, dpi=120, bbox_inches="tight")  # long labels and titles stay whole
             plt.close(fig)
             paths.append(out / name)
         return paths
@@ -769,7 +775,8 @@ def run_comparison(
     overwrite : bool
         Re-run cells whose saved settings differ (and discard their checkpoints) instead of raising.
     progress : bool
-        Progress bars (overall and per run).
+        Progress bars (overall and per run) on a terminal or in a notebook; elsewhere (stderr
+        redirected to a file) one line per finished run through ``log`` instead.
     command : sequence of str, optional
         Recorded with each run (defaults to ``sys.argv``).
     paper : mapping, optional
@@ -855,12 +862,13 @@ def run_comparison(
         log(f"resuming: {done} finished run(s) loaded{note}, {len(todo)} to run")
     n_clients = 0
     bar = None
-    if progress and todo:
+    bars = progress and bars_wanted()  # in a log file: one line per finished run instead of redrawn bars
+    if bars and todo:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc="runs", unit="run", mininterval=0.1 if sys.stderr.isatty() else 30.0)
+        bar = tqdm(total=len(todo), desc="runs", unit="run")
     try:
-        for seed, label, name, key, path, ckpt, settings in todo:
+        for i_run, (seed, label, name, key, path, ckpt, settings) in enumerate(todo, 1):
             if seed not in feds:
                 feds = {seed: source.build(seed)}
             fed = feds[seed]
@@ -872,7 +880,7 @@ def run_comparison(
             if use_ckpt and (ckpt / "checkpoint.pkl").exists():
                 log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
             tr = FederatedTrainer(
-                selector=clone(built[label]), random_state=int(seed), progress=progress, **trainer_kw,
+                selector=clone(built[label]), random_state=int(seed), progress=bars, **trainer_kw,
                 **({"checkpoint_dir": ckpt, "checkpoint_every": int(checkpoint_every)} if use_ckpt else {}),
             )
             error: dict[str, Any] | None = None
@@ -918,6 +926,13 @@ def run_comparison(
                 _remove_tree(ckpt)
             if bar is not None:
                 bar.update(1)
+            elif progress and error is None:
+                h = tr.history_
+                acc = h.final_accuracy()
+                log(f"[{i_run}/{len(todo)}] {label} seed {seed}: {len(h)} rounds in "
+                    f"{time.perf_counter() - start:.1f} s, final accuracy "
+                    f"{'-' if acc is None else f'{acc:.3f}'}, rounds to {target:.0%}: "
+                    f"{h.rounds_to_accuracy(target) or 'not reached'}")
     finally:
         if bar is not None:
             bar.close()

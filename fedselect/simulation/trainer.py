@@ -16,6 +16,7 @@ import torch
 from sklearn.base import BaseEstimator
 from typing_extensions import Self
 
+from .._console import bars_wanted
 from .._validation import Constraint, InstanceOf, Interval, StrOptions, validate_parameters
 from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
 from ..selection import (
@@ -365,7 +366,8 @@ class FederatedTrainer(BaseEstimator):
         machine (another CPU may round torch kernels differently, and model-dependent
         selectors then diverge).
     progress : bool, default False
-        Show a progress bar.
+        Show a progress bar of the rounds, on a terminal or in a notebook only: when stderr is
+        redirected to a file there is no bar (its redraws would fill the log).
     n_threads : int, optional
         torch intra-op threads during ``fit``.
     callback : callable, optional
@@ -750,14 +752,10 @@ class FederatedTrainer(BaseEstimator):
             self.history_ = history
             self.resumed_from_ = start
             bar = None
-            if self.progress and not finished:
-                import sys
-
+            if self.progress and not finished and bars_wanted():
                 from tqdm.auto import tqdm
 
-                # On a terminal the bar redraws in place; in a log file every redraw is a line: few of them.
-                bar = tqdm(total=self.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False,
-                           mininterval=0.1 if sys.stderr.isatty() else 30.0)
+                bar = tqdm(total=self.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False)
             try:
                 for t in range(start, self.rounds if not finished else start):
                     try:
