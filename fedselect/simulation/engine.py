@@ -59,9 +59,9 @@ def _mse(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         )
     if targets.numel() != outputs.numel():
         raise ValueError(
-            f"loss='mse': the model gives {tuple(outputs.shape[1:])} outputs per sample but the targets have "
-            f"shape {tuple(targets.shape[1:])} per sample; build the model with as many outputs as targets "
-            "(a federation with 1-D float targets needs one output)"
+            f"loss='mse': the model gives {math.prod(outputs.shape[1:])} outputs per sample but there are "
+            f"{math.prod(targets.shape[1:])} targets per sample; build the model with as many outputs as targets "
+            "(Federation.n_outputs; 1-D float targets need one output)"
         )
     d = (outputs - targets.reshape(outputs.shape)) ** 2
     return d.reshape(d.shape[0], -1).mean(1)
