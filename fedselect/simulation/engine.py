@@ -306,25 +306,31 @@ class Engine:
         was_training = self.model.training
         with torch.random.fork_rng(devices=[]):  # the probe draws no number the run would see
             try:
-                self.model.train()
                 flat = self.initial_parameters()
-                if self.stateful:
-                    bufs = {k: v.unsqueeze(0).repeat(2, *([1] * v.dim())) for k, v in self.buffers.items()}
-                    out = self._forward_state_all(flat.repeat(2, 1).requires_grad_(True), bufs, x.expand(2, *x.shape))
-                else:
-                    out = self._forward_all(flat.repeat(2, 1).requires_grad_(True), x.expand(2, *x.shape))
-                self._losses(out.flatten(0, 1), y.expand(2, *y.shape).flatten(0, 1)).sum().backward()
-                self.model.eval()
-                self._losses(self._forward(flat, x), y)
-            except ValueError as exc:
-                if "loss=" in str(exc):
-                    raise
-                raise ValueError(self._unsupported(name, exc)) from exc
-            except (RuntimeError, TypeError, NotImplementedError, IndexError) as exc:
-                raise ValueError(self._unsupported(name, exc)) from exc
+                p = flat.repeat(2, 1).requires_grad_(True)
+                self.model.train()
+                try:
+                    if self.stateful:
+                        bufs = {k: v.unsqueeze(0).repeat(2, *([1] * v.dim())) for k, v in self.buffers.items()}
+                        out = self._forward_state_all(p, bufs, x.expand(2, *x.shape))
+                    else:
+                        out = self._forward_all(p, x.expand(2, *x.shape))
+                    self.model.eval()
+                    out_eval = self._forward(flat, x)
+                except (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError) as exc:
+                    raise ValueError(self._unsupported(name, exc)) from exc
+                try:
+                    self._losses(out.flatten(0, 1), y.expand(2, *y.shape).flatten(0, 1)).sum().backward()
+                    self._losses(out_eval, y)
+                except ValueError as exc:
+                    if "loss=" in str(exc):
+                        raise
+                    raise ValueError(self._loss_failed(out_eval, y, exc)) from exc
+                except (RuntimeError, TypeError, IndexError) as exc:
+                    raise ValueError(self._loss_failed(out_eval, y, exc)) from exc
             finally:
                 self.model.train(was_training)
-            if self.stateful and n >= 1:
+            if self.stateful:
                 self.model.train()
                 try:
                     bufs = {k: v.unsqueeze(0).clone() for k, v in self.buffers.items()}
@@ -335,6 +341,15 @@ class Engine:
                     self.min_batch_size = 2
                 finally:
                     self.model.train(was_training)
+
+    def _loss_failed(self, outputs: torch.Tensor, targets: torch.Tensor, exc: BaseException) -> str:
+        return (
+            f"loss={self.loss!r} failed on the model's outputs (shape {tuple(outputs.shape)}, {outputs.dtype}) and "
+            f"the targets (shape {tuple(targets.shape)}, {targets.dtype}): {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}. A loss is called as "
+            "loss(outputs, targets) and returns one differentiable loss per sample; check that the model has as many "
+            "outputs as the loss expects (Federation.n_outputs)"
+        )
 
     def _unsupported(self, name: str, exc: BaseException) -> str:
         return (

@@ -186,3 +186,11 @@ def test_names_and_builders_are_seeded_by_random_state(fed):
     assert np.array_equal(_initial(fed, "mlp", 4), _initial(fed, FedCorMLP, 4))  # a builder as the name's
     with pytest.raises(TypeError, match=r"returned int, not a torch.nn.Module"):
         FederatedTrainer(model=lambda shape, n: 3, clients_per_round=2).fit(fed)
+
+
+def test_a_loss_that_fails_is_reported_as_the_loss_before_training(fed):
+    def bad(out, y):
+        return (out - y).abs()  # (m, 10) - (m,): broadcasting fails
+
+    with pytest.raises(ValueError, match=r"loss=<function .*bad.* failed on the model's outputs \(shape \(2, 10\)"):
+        FederatedTrainer(loss=bad, clients_per_round=2).fit(fed)
