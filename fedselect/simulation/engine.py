@@ -104,7 +104,8 @@ def aggregate_buffers(
     unnormalised weights; the trainer's own rules already sum to 1, so then the buffers
     follow exactly the parameters' rule. Written as a delta, a buffer that no client changed
     stays bit for bit unchanged. Integer buffers (``num_batches_tracked``) get the rounded
-    weighted mean of the clients' counts. All-zero weights leave the buffers unchanged.
+    weighted mean of the clients' counts; boolean buffers (masks) keep the global value.
+    All-zero weights leave the buffers unchanged.
 
     Parameters
     ----------
@@ -128,7 +129,9 @@ def aggregate_buffers(
     for name, b in buffers.items():
         stacked = client_buffers[name]
         shape = (-1,) + (1,) * b.dim()
-        if b.is_floating_point():
+        if b.dtype == torch.bool:  # a mask: no mean exists; the global one stays
+            out[name] = b
+        elif b.is_floating_point():
             delta = (w.to(b.dtype).view(shape) * (stacked - b.unsqueeze(0))).sum(0)
             out[name] = b + delta
         else:

@@ -107,6 +107,8 @@ def test_aggregate_buffers_is_the_weighted_mean_and_keeps_unchanged_buffers_exac
     # unnormalised selection weights give the same convex combination; zero weights change nothing
     torch.testing.assert_close(aggregate_buffers(b, clients, 4 * w)["m"], out["m"])
     assert torch.equal(aggregate_buffers(b, clients, np.zeros(3))["m"], b["m"])
+    mask = {"mask": torch.tensor([True, False])}
+    assert torch.equal(aggregate_buffers(mask, {"mask": mask["mask"].repeat(3, 1)}, w)["mask"], mask["mask"])
 
 
 def test_trainer_global_buffers_are_the_weighted_mean_of_the_clients():
