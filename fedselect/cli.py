@@ -120,6 +120,7 @@ PYTHON_DEFAULTS: dict[str, tuple[str, Any]] = {
     "prox_mu": ("FederatedTrainer", 0.0),
     "aggregation": ("FederatedTrainer", "data-size"),
     "dropout": ("FederatedTrainer", 0.0),
+    "momentum": ("FederatedTrainer", 0.0),
     "divergence": ("FederatedTrainer", 10.0),
     "target": ("run_comparison", 0.8),
 }
@@ -206,6 +207,8 @@ def _trainer_args(p: argparse.ArgumentParser, preset: Any) -> None:
     g.add_argument("--lr", type=float, help="local learning rate " + d("lr"))
     g.add_argument("--weight-decay", type=float, help="L2 weight decay of local SGD " + d("weight_decay"))
     g.add_argument("--prox-mu", type=float, help="FedProx proximal coefficient (0 = FedAvg) " + d("prox_mu"))
+    g.add_argument("--momentum", type=float, help="local SGD momentum, in [0, 1); each client's momentum buffer "
+                   "starts empty every round " + d("momentum"))
     g.add_argument("--aggregation", choices=("mean", "data-size"),
                    help="how the chosen clients' updates are averaged: plain mean, or weighted by their numbers "
                    "of samples " + d("aggregation"))
@@ -238,7 +241,7 @@ def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], train
     for attr, key in (("model", "model"), ("clients_per_round", "clients_per_round"), ("rounds", "rounds"),
                       ("batch_size", "batch_size"), ("lr", "lr"), ("weight_decay", "weight_decay"),
                       ("prox_mu", "prox_mu"), ("aggregation", "aggregation"), ("threads", "n_threads"),
-                      ("dropout", "dropout")):
+                      ("dropout", "dropout"), ("momentum", "momentum")):
         v = getattr(args, attr, None)
         if v is not None:
             trainer[key] = v
