@@ -77,3 +77,11 @@ for name, history in histories.items():
     print(f"{name}: rounds to {TARGET:.0%}: {history.rounds_to_accuracy(TARGET)}, "
           f"final accuracy: {history.final_accuracy():.3f}")
     print(f"    {history.total_costs()}")
+
+# %%
+# One seed is an anecdote
+# -----------------------
+# Both runs used one seed: one partition, one initial model, one stream of minibatches.
+# Another seed can reverse a difference of a few rounds. Before concluding that one
+# scheme is faster, run several seeds and compare them seed by seed, as the next
+# example does with :func:`fedselect.compare.run_comparison` and a paired test.
