@@ -185,17 +185,21 @@ fig.suptitle("digits, 20 clients with 2 shards each, 5 per round, one seed")
 # loss-proportional``, ``fedselect list``), put the class in a package with a
 # registration hook, in ``fedselect_lossprop/__init__.py``::
 #
-#     from fedselect import hookimpl
+#     from fedselect import BaseSelector, hookimpl
 #
 #     class LossProportionalSelector(BaseSelector):
-#         ...  # as above
+#         ...  # as above, with its imports
 #
 #     @hookimpl
 #     def register_selectors(register):
 #         register(LossProportionalSelector, name="loss-proportional")
 #
 # and declare the module as an entry point of the group ``fedselect`` in the package's
-# ``pyproject.toml``::
+# ``pyproject.toml`` (this whole file is enough)::
+#
+#     [build-system]
+#     requires = ["setuptools>=68"]
+#     build-backend = "setuptools.build_meta"
 #
 #     [project]
 #     name = "fedselect-lossprop"
@@ -206,9 +210,10 @@ fig.suptitle("digits, 20 clients with 2 shards each, 5 per round, one seed")
 #     loss-proportional = "fedselect_lossprop"
 #
 # After ``pip install -e .`` in that package, fedselect loads the entry point the
-# first time a registry is read. The README's "Writing a selector plugin" section has
-# the complete recipe, and ``plugins/fedselect-divfl`` in the repository is a whole
-# plugin package with its tests.
+# first time a registry is read (``fedselect list`` shows the new name). The README's
+# "Writing a selector plugin" section walks through the same steps, and
+# ``plugins/fedselect-divfl`` in the repository is a whole plugin package with its
+# tests.
 #
 # Without packaging: register in-process
 # --------------------------------------
