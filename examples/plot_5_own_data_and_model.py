@@ -65,9 +65,9 @@ print("benign / malignant samples per clinic:")
 print(fed.label_histogram()[:, ::-1].tolist())
 
 # %%
-# ``Federation`` checks what it is given: labels must be integers in
-# ``0..n_classes-1``, the shapes must agree, no client may be empty, and indices must
-# lie inside ``X``; each error names the argument. ``fed.weights`` are the clients'
+# ``Federation`` checks what it is given: the shapes must agree, no client may be
+# empty, indices must lie inside ``X`` and class labels inside ``0..n_classes-1``; each
+# error names the argument. ``fed.weights`` are the clients'
 # shares of the data, ``fed.client_pool()`` is what a selector sees of it.
 #
 # The model
@@ -103,7 +103,7 @@ class TumourNet(nn.Module):
 # Two schemes, eight seeds
 # ------------------------
 # For each seed: one module, then random selection and power-of-choice (3 of the 10
-# clinics per round; power-of-choice asks 6 random clinics for their loss on their
+# clinics per round; power-of-choice draws 6 clinics, asks each for its loss on its
 # held-out data and trains the 3 with the largest).
 
 settings = dict(clients_per_round=3, rounds=30, local_epochs=2, batch_size=8, lr=0.1, n_threads=1)
