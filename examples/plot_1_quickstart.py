@@ -63,6 +63,7 @@ ax.set_ylabel("test accuracy")
 ax.set_title("digits, 20 clients, 2 shards each")
 ax.legend()
 fig.tight_layout()
+plt.show()
 
 # %%
 # Rounds to 80 % and what they cost

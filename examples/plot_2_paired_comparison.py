@@ -75,6 +75,7 @@ results = {label: [runs[s] for s in sorted(runs)] for label, runs in comparison.
 fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
 plot_accuracy(results, target=TARGET, ax=ax,
               title="digits, 20 clients with one digit each, 5 per round: mean ± 1 std over 8 seeds")
+plt.show()
 
 # %%
 # The paired test
@@ -129,6 +130,7 @@ ax.set_yticks(range(len(rows)), [r["scheme"] for r in rows])
 ax.set_xlabel("rounds to 80 %: scheme − random, same seed (negative: scheme faster)")
 ax.set_title("Paired differences against random: one dot per seed, black bar the median")
 ax.legend(fontsize="small", loc="best")
+plt.show()
 
 # %%
 # What the test says, and what it does not

@@ -98,6 +98,7 @@ for ax, matrix, title, cmap, limits in (
     ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=ax, shrink=0.8)
 fig.suptitle("20 clients of digits, one shard each: what they hold vs. what FedCor learned after 16 warm-up rounds")
+plt.show()
 
 # %%
 # What you should see
@@ -128,8 +129,9 @@ ax.hist(pair_corr[~same], bins=bins, alpha=0.6, label=f"different main digit ({(
 ax.hist(pair_corr[same], bins=bins, alpha=0.6, label=f"same main digit ({same.sum()} pairs)")
 ax.set_xlabel("learned correlation of the two clients' loss changes")
 ax.set_ylabel("pairs of clients")
-ax.set_title("FedCor's learned correlations, by whether two clients hold the same digit")
+ax.set_title("Learned correlation of two clients: same digit or not")
 ax.legend(fontsize="small", loc="upper left")
+plt.show()
 
 # %%
 # How strong is the structure?

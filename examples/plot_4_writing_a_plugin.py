@@ -173,6 +173,7 @@ axes[0].set_title("accuracy against rounds")
 axes[1].set_xlabel("models sent down so far (trained and probed clients)")
 axes[1].set_title("accuracy against communication")
 fig.suptitle("digits, 20 clients with 2 shards each, 5 per round, one seed")
+plt.show()
 
 # %%
 # One seed is an anecdote: compare over seeds with the paired test of the previous

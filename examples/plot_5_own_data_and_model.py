@@ -149,6 +149,7 @@ ax_data.legend(fontsize="small", ncol=2, loc="upper center")
 plot_accuracy({name: [runs[s] for s in sorted(runs)] for name, runs in histories.items()},
               target=TARGET, ax=ax_acc,
               title="TumourNet on 10 clinics, 3 per round: mean ± 1 std over 8 seeds")
+plt.show()
 
 # %%
 # Clinics at the ends of the size range hold almost a single label, the middle ones a
