@@ -13,10 +13,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, clone
+from sklearn.base import BaseEstimator
 from typing_extensions import Self
 
-from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
+from .._console import bars_wanted
+from .._validation import Constraint, InstanceOf, Interval, StrOptions, validate_parameters
 from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
 from ..selection import (
     BaseSelector,
@@ -41,6 +42,22 @@ from .models import build_model
 __all__ = ["DivergenceError", "FederatedTrainer", "SimulationOracle", "lr_at"]
 
 _AGGREGATIONS = ("mean", "data-size")
+
+
+class _SelectorSpecs(Constraint):
+    """A selector in any form :func:`fedselect.plugins.resolve_selector` takes (names are looked up at fit)."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        from ..plugins import is_selector_spec_shape
+
+        return is_selector_spec_shape(value)
+
+    def __str__(self) -> str:
+        return ("a registered selector name, a (name, params) pair, a BaseSelector instance or subclass, "
+                "or a (class, params) pair")
+
+    def invalid_examples(self) -> list[Any]:
+        return [object(), 1.5, ("random",), (int, {})]
 CHECKPOINT_FILE = "checkpoint.pkl"
 _CHECKPOINT_FORMAT = 1
 # Parameters that do not change a run's numbers: a checkpoint may be resumed with other values.
@@ -306,8 +323,12 @@ class FederatedTrainer(BaseEstimator):
 
     Parameters
     ----------
-    selector : BaseSelector or str, default None
-        The scheme (an instance or a registered name); None means uniform random.
+    selector : str, tuple, BaseSelector or BaseSelector subclass, default None
+        The scheme: a registered name (``"power-of-choice"``), a ``(name, params)`` pair, an
+        instance, a class, or a ``(class, params)`` pair (see
+        :func:`fedselect.plugins.resolve_selector`); None means uniform random. ``fit``
+        trains a new object built from it (a clone of an instance), never the given one.
+        ``set_params(selector__d=10)`` works for every form (see :meth:`set_params`).
     model : str or torch.nn.Module, default "mlp"
         A registered model name (``"logistic"``, ``"mlp"``, ``"cnn"``) or a module.
     model_params : dict, optional
@@ -345,7 +366,8 @@ class FederatedTrainer(BaseEstimator):
         machine (another CPU may round torch kernels differently, and model-dependent
         selectors then diverge).
     progress : bool, default False
-        Show a progress bar.
+        Show a progress bar of the rounds, on a terminal or in a notebook only: when stderr is
+        redirected to a file there is no bar (its redraws would fill the log).
     n_threads : int, optional
         torch intra-op threads during ``fit``.
     callback : callable, optional
@@ -478,7 +500,7 @@ class FederatedTrainer(BaseEstimator):
     # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
     # all before anything is built, and the tests generate invalid values for each one.
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
-        "selector": [None, InstanceOf(str, "a registered selector name"), InstanceOf(BaseSelector, "a BaseSelector")],
+        "selector": [None, _SelectorSpecs()],
         "model": [InstanceOf(str, "a registered model name"), InstanceOf(torch.nn.Module, "a torch.nn.Module")],
         "model_params": [None, InstanceOf(Mapping, "a mapping of keyword arguments")],
         "clients_per_round": [Interval(Integral, 1, None, closed="left")],
@@ -537,13 +559,74 @@ class FederatedTrainer(BaseEstimator):
             check_param(self, "lr_schedule", s, ok, "a mapping of rounds (int >= 0) to factors (finite > 0)")
         # The selector's own parameters, now rather than after the model is built (a name is resolved,
         # which names the registered ones when it is unknown).
-        sel = self.selector
-        if isinstance(sel, str):
-            from ..plugins import get_selector
+        if self.selector is not None:
+            from ..plugins import resolve_selector
 
-            sel = get_selector(sel)
-        if sel is not None:
-            sel._validate_params()
+            resolve_selector(self.selector)._validate_params()
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The trainer's parameters; with ``deep``, also the selector's as ``selector__<name>``.
+
+        The selector's parameters are listed however it was given: for a name, a class or
+        a ``(name or class, params)`` pair they are those of the selector it builds (its
+        defaults, overridden by the pair's params).
+        """
+        out = super().get_params(deep=False)
+        if not deep:
+            return out
+        sel = "random" if self.selector is None else self.selector
+        if isinstance(sel, BaseSelector):
+            return super().get_params(deep=True)
+        from ..plugins import resolve_selector
+
+        try:
+            built = resolve_selector(sel)
+        except (KeyError, ValueError, TypeError):  # an invalid selector: fit names what is wrong
+            return out
+        out.update({f"selector__{k}": v for k, v in built.get_params(deep=False).items()})
+        return out
+
+    def set_params(self, **params: Any) -> Self:
+        """Set parameters, including the selector's as ``selector__<name>=value`` however it was given.
+
+        A selector given as an instance is updated in place (scikit-learn's rule for nested
+        estimators). A selector given by name or class is not resolved to an object: it
+        becomes a ``(name or class, params)`` pair, the given parameters merged into the
+        pair's, and is built at :meth:`fit` (so ``set_params(selector__d=10)`` on
+        ``selector="power-of-choice"`` gives ``selector=("power-of-choice", {"d": 10})`` and
+        the trainer still records the registered name). None stands for ``"random"``.
+        This makes ``ParameterGrid({"selector__d": [5, 10]})`` loops work for any selector.
+
+        Raises
+        ------
+        ValueError
+            A ``selector__`` parameter the selector does not have; the message lists those
+            it has.
+        """
+        nested = {k[len("selector__"):]: v for k, v in params.items() if k.startswith("selector__")}
+        rest = {k: v for k, v in params.items() if not k.startswith("selector__")}
+        if rest:
+            super().set_params(**rest)
+        if not nested:
+            return self
+        from ..plugins import as_selector_spec
+
+        sel = "random" if self.selector is None else self.selector
+        spec = as_selector_spec(sel)  # unknown names and bad shapes are errors here, naming the selector
+        allowed = spec.cls._get_param_names()
+        unknown = sorted(set(nested) - set(allowed))
+        if unknown:
+            raise ValueError(
+                f"FederatedTrainer: selector {spec.display!r} ({spec.cls.__name__}) has no parameter "
+                f"{', '.join(map(repr, unknown))} (given as selector__<name>); its parameters: "
+                f"{', '.join(allowed) or '(none)'}"
+            )
+        if isinstance(sel, BaseSelector):
+            sel.set_params(**nested)
+        else:
+            what = spec.name if spec.name is not None else spec.cls
+            self.selector = (what, {**spec.params, **nested})
+        return self
 
     def _report_probabilities(self, fed: Any) -> np.ndarray | None:
         """Each client's probability of answering in a round, or None when every client always answers."""
@@ -568,16 +651,9 @@ class FederatedTrainer(BaseEstimator):
         return arr * (1.0 - float(self.dropout))
 
     def _make_selector(self) -> BaseSelector:
-        sel = self.selector
-        if sel is None:
-            sel = "random"
-        if isinstance(sel, str):
-            from ..plugins import get_selector
+        from ..plugins import resolve_selector
 
-            sel = get_selector(sel)
-        if not isinstance(sel, BaseSelector):
-            raise TypeError(f"FederatedTrainer: selector={sel!r} is not a fedselect BaseSelector or a registered name")
-        sel = clone(sel)
+        sel = resolve_selector("random" if self.selector is None else self.selector)  # a new, unfitted object
         params = sel.get_params(deep=False)
         if "random_state" in params and params["random_state"] is None:
             sel.set_params(random_state=int(self._seeds[1]))
@@ -676,14 +752,10 @@ class FederatedTrainer(BaseEstimator):
             self.history_ = history
             self.resumed_from_ = start
             bar = None
-            if self.progress and not finished:
-                import sys
-
+            if self.progress and not finished and bars_wanted():
                 from tqdm.auto import tqdm
 
-                # On a terminal the bar redraws in place; in a log file every redraw is a line: few of them.
-                bar = tqdm(total=self.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False,
-                           mininterval=0.1 if sys.stderr.isatty() else 30.0)
+                bar = tqdm(total=self.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False)
             try:
                 for t in range(start, self.rounds if not finished else start):
                     try:
