@@ -44,7 +44,7 @@ from sklearn.utils import check_random_state
 import fedselect
 from fedselect import BaseSelector, RoundFeedback, Selection
 from fedselect.compare import run_comparison
-from fedselect.plugins import pm
+from fedselect.plugins import register_plugin
 from fedselect.selection import Interval
 from fedselect.testing import check_selector
 
@@ -176,27 +176,55 @@ fig.suptitle("digits, 20 clients with 2 shards each, 5 per round, one seed")
 plt.show()
 
 # %%
-# One seed is an anecdote: compare over seeds with the paired test of the previous
-# example before believing a difference.
+# Over seeds, with the paired test
+# --------------------------------
+# One seed is an anecdote. :func:`fedselect.compare.run_comparison` takes the selector
+# itself, no registration needed: a registered name, an instance or the class (each
+# run trains its own clone). Eight seeds, the faster logistic-regression model; the
+# paired test is explained in the previous example.
+
+comparison = run_comparison(
+    {"random": "random", "loss-proportional": LossProportionalSelector(probe=5)},
+    federation={"dataset": "digits", "partition": "shards", "n_clients": 20, "shards_per_client": 2},
+    trainer={"model": "logistic", "clients_per_round": 5, "rounds": 30, "local_epochs": 1, "batch_size": 16,
+             "lr": 0.1, "n_threads": 1},
+    seeds=range(8), target=0.8, progress=False,
+)
+for row in comparison.rows():
+    print(f"{row['scheme']:>17}: rounds to 80 %: {row['rounds_to_target']:4.1f} ± {row['rounds_to_target_std']:.1f}, "
+          f"per run until then {row['models_down_to_target']:3.0f} models down, "
+          f"{row['trainings_to_target']:3.0f} local trainings")
+print()
+print(comparison.paired_markdown("random"))
+
+# %%
+# The paired table says whether the new scheme reaches 80 % in fewer rounds than random,
+# and the costs what it spent until then. In this run it is no faster, and it
+# sends more models down: on this federation its probes do not pay for themselves. That
+# is a common first result for a new scheme, and the reason to measure both rounds and
+# costs before claiming anything.
 #
-# Package it: one entry point
-# ---------------------------
-# To make the scheme appear by name everywhere (``fedselect.get_selector``,
+# Use it by name: a plugin
+# ------------------------
+# To make the scheme appear by name in every tool (``fedselect.get_selector``,
 # ``FederatedTrainer(selector="loss-proportional")``, ``fedselect compare --selectors
-# loss-proportional``, ``fedselect list``), put the class in a package with a
-# registration hook, in ``fedselect_lossprop/__init__.py``::
+# loss-proportional``, ``fedselect list``), add a registration hook next to the class::
 #
-#     from fedselect import BaseSelector, hookimpl
-#
-#     class LossProportionalSelector(BaseSelector):
-#         ...  # as above, with its imports
+#     from fedselect import hookimpl
 #
 #     @hookimpl
 #     def register_selectors(register):
 #         register(LossProportionalSelector, name="loss-proportional")
 #
-# and declare the module as an entry point of the group ``fedselect`` in the package's
-# ``pyproject.toml`` (this whole file is enough)::
+# **Before packaging**, save the class and the hook as ``loss_proportional.py`` and
+# load that file: ``fedselect compare --plugin loss_proportional.py --selectors random
+# loss-proportional`` on the command line (``--plugin`` works on ``run``, ``compare``,
+# ``reproduce`` and ``list``), or ``fedselect.plugins.load_plugin("loss_proportional.py")``
+# in Python.
+#
+# **As a package**, put the same module in ``fedselect_lossprop/__init__.py`` and
+# declare it as an entry point of the group ``fedselect``; this whole
+# ``pyproject.toml`` is enough::
 #
 #     [build-system]
 #     requires = ["setuptools>=68"]
@@ -210,18 +238,15 @@ plt.show()
 #     [project.entry-points.fedselect]
 #     loss-proportional = "fedselect_lossprop"
 #
-# After ``pip install -e .`` in that package, fedselect loads the entry point the
-# first time a registry is read (``fedselect list`` shows the new name). The README's
-# "Writing a selector plugin" section walks through the same steps, and
-# ``plugins/fedselect-divfl`` in the repository is a whole plugin package with its
-# tests.
+# After ``pip install -e .`` in that package, fedselect loads the entry point the first
+# time a registry is read, and ``fedselect list`` shows ``loss-proportional``. The
+# README's "Writing a selector plugin" section builds such a package step by step (a
+# test builds it from the README), and ``plugins/fedselect-divfl`` in the repository is
+# a whole plugin package with its tests.
 #
-# Without packaging: register in-process
-# --------------------------------------
-# A script or notebook can register the hook on fedselect's plugin manager directly
-# (this is what the plugin tests do), and unregister it when done. The name then
-# works wherever a registered name does, for instance in
-# :func:`fedselect.compare.run_comparison`.
+# In a script or notebook, :func:`fedselect.plugins.register_plugin` registers any
+# object holding the hook, checked at once; here an instance of a small class:
+
 
 class LossProportionalPlugin:
     @fedselect.hookimpl
@@ -229,27 +254,6 @@ class LossProportionalPlugin:
         register(LossProportionalSelector, name="loss-proportional")
 
 
-plugin = LossProportionalPlugin()
-pm.register(plugin, name="loss-proportional (this example)")
-try:
-    print(fedselect.get_selector("loss-proportional", probe=8))
-    comparison = run_comparison(
-        {"random": ("random", {}), "loss-proportional": ("loss-proportional", {"probe": 5})},
-        federation={"dataset": "digits", "partition": "shards", "n_clients": 20, "shards_per_client": 2},
-        trainer={"model": "logistic", "clients_per_round": 5, "rounds": 30, "local_epochs": 1, "batch_size": 16,
-                 "lr": 0.1, "n_threads": 1},
-        seeds=range(8), target=0.8, progress=False,
-    )
-finally:
-    pm.unregister(plugin)
-print(comparison.to_markdown())
-print()
-print(comparison.paired_markdown("random"))
-
-# %%
-# Over eight seeds (with the faster logistic-regression model) the paired table says
-# whether the new scheme reaches 80 % in fewer rounds than random, and the cost columns
-# what it spent until then. In this run it is no faster, and it sends more models
-# down: on this federation its probes do not pay for themselves. That is a common
-# first result for a new scheme, and the reason to measure both rounds and costs
-# before claiming anything.
+register_plugin(LossProportionalPlugin(), name="loss-proportional (this example)")
+print(fedselect.get_selector("loss-proportional", probe=8))
+print("loss-proportional" in fedselect.list_selectors())

@@ -119,17 +119,27 @@ for seed in range(8):
 # The paired comparison of runs you ran yourself
 # ----------------------------------------------
 # :class:`fedselect.compare.Comparison` takes histories keyed by label and seed and
-# gives the same table and paired Wilcoxon test as :func:`~fedselect.compare.run_comparison`
+# gives the same rows, tables and paired Wilcoxon test as :func:`~fedselect.compare.run_comparison`
 # (see the example on the paired test for how to read it). With eight seeds the
 # smallest possible p-value is 2 / 2⁸ ≈ 0.008.
 
 TARGET = 0.95
 comparison = Comparison(histories, target=TARGET, n_clients=fed.n_clients)
-print(comparison.to_markdown())
+for row in comparison.rows():
+    print(f"{row['scheme']:>15}: rounds to 95 %: {row['rounds_to_target']:4.1f} ± {row['rounds_to_target_std']:.1f} "
+          f"({row['reached']}/{row['seeds']} seeds reached it), final accuracy {row['final_accuracy']:.3f}, "
+          f"per run until then {row['models_down_to_target']:3.0f} models down")
 print()
 print(comparison.paired_markdown("random"))
 
 # %%
+# :func:`~fedselect.compare.run_comparison` takes this federation too
+# (``federation=fed``: the same federation for every seed, the seed then seeds training
+# and selection), writes every run as it finishes and resumes an interrupted
+# comparison. A module object in its ``trainer`` settings would start every seed from
+# the same weights, though, which is why this example builds one module per seed in
+# its own loop.
+#
 # What each clinic holds, and how the schemes learn
 # -------------------------------------------------
 
@@ -154,7 +164,7 @@ plt.show()
 # %%
 # Clinics at the ends of the size range hold almost a single label, the middle ones a
 # mix. Power-of-choice trains the clinics whose held-out loss is largest, and pays for
-# asking (the models down and losses up of the table). In the run shown here it reached
+# asking (its extra models down). In the run shown here it reached
 # 95 % a round or two sooner on average, but not on every seed, and the paired test
 # does not separate it from random: on this small, nearly separable problem every
 # scheme gets there within a few rounds, and the seed (the initial model) matters as
