@@ -76,14 +76,14 @@ for row in comparison.rows():
 # The curves
 # ----------
 # :func:`fedselect.plotting.plot_accuracy` draws the mean test accuracy over seeds with a
-# band of ±1 standard deviation. The bands overlap for much of the run: read alone,
-# they leave open whether round robin and power-of-choice really beat random, and they
-# cannot say by how much on a given federation.
+# band of ±1 standard deviation, and adds the setting the runs share to the title. The
+# bands overlap for much of the run: read alone, they leave open whether round robin and
+# power-of-choice really beat random, and they cannot say by how much on a given
+# federation.
 
 results = {label: [runs[s] for s in sorted(runs)] for label, runs in comparison.histories.items()}
-fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
-plot_accuracy(results, target=TARGET, ax=ax,
-              title="digits, 20 clients with one digit each, 5 per round: mean ± 1 std over 8 seeds")
+fig, ax = plt.subplots(figsize=(9, 4.8), constrained_layout=True)
+plot_accuracy(results, target=TARGET, ax=ax, title="Four schemes on clients holding one digit each")
 plt.show()
 
 # %%
