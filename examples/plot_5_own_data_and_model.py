@@ -113,7 +113,7 @@ TARGET = 0.95
 comparison = run_comparison(
     ["random", "power-of-choice"],
     federation=fed,
-    trainer={"model": TumourNet, "clients_per_round": 3, "rounds": 30, "local_epochs": 2, "batch_size": 8,
+    trainer={"model": TumourNet, "clients_per_round": 3, "rounds": 30, "local_epochs": 1, "batch_size": 8,
              "lr": 0.1, "n_threads": 1},
     seeds=range(8), target=TARGET, progress=False,
 )
@@ -139,7 +139,7 @@ batch_norm = run_comparison(
     {"random, batch norm": "random"},
     federation=fed,
     trainer={"model": TumourNet, "model_params": {"norm": "batch"}, "clients_per_round": 3, "rounds": 30,
-             "local_epochs": 2, "batch_size": 8, "lr": 0.1, "n_threads": 1},
+             "local_epochs": 1, "batch_size": 8, "lr": 0.1, "n_threads": 1},
     seeds=range(8), target=TARGET, progress=False,
 )
 norms = Comparison({"random, layer norm": comparison.histories["random"], **batch_norm.histories},
