@@ -68,14 +68,30 @@ def _rst_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("*", "\\*").replace("`", "\\`").replace("|", "\\|").replace("_", "\\_")
 
 
+# In a help text, `quoted` spans and --options become literals (so "--out" is not typeset as a dash).
+_CODE = re.compile(r"`([^`]+)`|(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+
+def _plain_to_rst(text: str) -> str:
+    """A terminal help text as RST: its words kept, RST's meaning dropped, options and `code` as literals."""
+    out, pos = [], 0
+    for m in _CODE.finditer(text):
+        out.append(_rst_escape(text[pos:m.start()]))
+        code = m.group(1) or m.group(2)
+        out.append(f"``{code}``" if m.start() == 0 or text[m.start() - 1] in " (/[" else f"\\ ``{code}``")
+        pos = m.end()
+    out.append(_rst_escape(text[pos:]))
+    return "".join(out)
+
+
 def _help_text(action: argparse.Action) -> str:
     text = action.help or ""
     if "%(" in text:
         text = text % {"default": action.default, "prog": "fedselect", "choices": action.choices}
+    choices = ""
     if action.choices and action.option_strings:
-        text += (" " if text else "") + "One of: " + ", ".join(_literal(str(c)) for c in action.choices) + "."
-    # Help texts are plain text written for a terminal: keep their words, drop RST's meaning.
-    return _rst_escape(text) if text else "(no help text)"
+        choices = (" " if text else "") + "One of: " + ", ".join(_literal(str(c)) for c in action.choices) + "."
+    return (_plain_to_rst(text) + choices) if text or choices else "(no help text)"
 
 
 def _actions_table(title: str, actions: list[argparse.Action]) -> list[str]:
@@ -98,7 +114,7 @@ def _parser_rst(parser: argparse.ArgumentParser, name: str, underline: str) -> l
     out = [name, underline * len(name), "", ".. code-block:: text", ""]
     out += ["   " + line for line in usage.splitlines()] + [""]
     if parser.description:
-        out += [_rst_escape(" ".join(parser.description.split())), ""]
+        out += [_plain_to_rst(" ".join(parser.description.split())), ""]
     for group in parser._action_groups:
         actions = [a for a in group._group_actions if not isinstance(a, argparse._SubParsersAction)]
         out += _actions_table(group.title or "options", actions)
@@ -119,7 +135,7 @@ def cli_rst() -> list[str]:
             for cmd, sub in action.choices.items():
                 out += _parser_rst(sub, f"fedselect {cmd}", "-")
                 if helps.get(cmd) and not sub.description:
-                    out += [_rst_escape(helps[cmd]), ""]
+                    out += [_plain_to_rst(helps[cmd]), ""]
     return out
 
 
@@ -132,6 +148,7 @@ class CliDirective(SphinxDirective):
         import fedselect.cli
 
         self.env.note_dependency(fedselect.cli.__file__)
+        self.env.note_dependency(__file__)
         node = nodes.section()
         node.document = self.state.document
         nested_parse_with_titles(self.state, StringList(cli_rst(), source="fedselect.cli.build_parser"), node)
@@ -177,6 +194,7 @@ class ParamsDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         cls = _import(self.arguments[0])
+        self.env.note_dependency(__file__)
         module = inspect.getmodule(cls)
         if module is not None and getattr(module, "__file__", None):
             self.env.note_dependency(module.__file__)
