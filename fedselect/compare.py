@@ -23,8 +23,10 @@ naming it, and its run is redone.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
+import inspect
 import json
 import numbers
 import os
@@ -43,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ._console import bars_wanted
 from .simulation.checkpoint import CheckpointMismatchError, CorruptFileWarning, atomic_write_bytes, move_aside
 from .simulation.history import History
 
@@ -55,6 +58,8 @@ __all__ = [
     "read_text",
     "run_comparison",
     "run_files",
+    "run_settings",
+    "selector_table",
 ]
 
 
@@ -82,13 +87,167 @@ def _settings_diff(saved: Any, now: Mapping[str, Any]) -> str:
     return "; ".join(diffs) if diffs else "the settings' key differs"
 
 
+SelectorsArg = Mapping[str, Any] | Sequence[Any]
+"""Selectors of a comparison: label -> selector, or a sequence of selectors labelled by default."""
+
+
+def selector_table(selectors: SelectorsArg) -> dict[str, Any]:
+    """Label -> :class:`~fedselect.plugins.SelectorSpec` for the ``selectors`` of a comparison.
+
+    Parameters
+    ----------
+    selectors : mapping or sequence
+        Label -> selector, or a sequence of selectors. A selector is any form
+        :func:`fedselect.plugins.resolve_selector` takes: a registered name, a
+        ``(name, params)`` pair, a :class:`~fedselect.BaseSelector` instance or subclass,
+        or a ``(class, params)`` pair. In a sequence each is labelled by
+        :func:`~fedselect.plugins.selector_label` (the registered name, else the class name,
+        and the parameters given, e.g. ``power-of-choice(d=10)``).
+
+    Raises
+    ------
+    TypeError
+        ``selectors`` is neither, or one of them is not a selector.
+    ValueError
+        Two selectors of a sequence get the same label (give a mapping instead).
+    """
+    from .plugins import as_selector_spec
+
+    if isinstance(selectors, Mapping):
+        table = {}
+        for label, spec in selectors.items():
+            if not isinstance(label, str) or not label:
+                raise TypeError(f"selector label {label!r} must be a non-empty string")
+            try:
+                table[label] = as_selector_spec(spec)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"scheme {label!r}: {exc}") from exc
+        return table
+    if isinstance(selectors, str | bytes) or not isinstance(selectors, Sequence):
+        raise TypeError(
+            f"selectors={selectors!r:.80} must be a mapping of label -> selector or a list of selectors, e.g. "
+            "['random', ('power-of-choice', {'d': 10}), MySelector()]"
+        )
+    table = {}
+    for spec in selectors:
+        sp = as_selector_spec(spec)
+        if sp.label in table:
+            raise ValueError(
+                f"two selectors would both be labelled {sp.label!r}; give a mapping of label -> selector instead"
+            )
+        table[sp.label] = sp
+    return table
+
+
+def _federation_fingerprint(fed: Any) -> str:
+    """A hash of a Federation's content: its arrays (dtype, shape, bytes), client index lists and classes.
+
+    Cost: one SHA-256 pass over the data, linear in its size (hundreds of MB per second); names
+    and metadata are not included, so a renamed but identical federation keeps its fingerprint.
+    """
+    h = hashlib.sha256()
+
+    def add(arr: Any) -> None:
+        a = np.ascontiguousarray(arr)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
+
+    for arr in (fed.X, fed.y, fed.X_test, fed.y_test):
+        add(arr)
+    for group in (fed.client_indices, fed.eval_indices or []):
+        h.update(f"[{len(group)}]".encode())
+        for idx in group:
+            add(idx)
+    h.update(f"eval={fed.eval_indices is not None};classes={int(fed.n_classes)}".encode())
+    return h.hexdigest()[:16]
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+
+
+class _FederationSource:
+    """The ``federation`` argument of a comparison: builds each seed's Federation and says what identifies it."""
+
+    def __init__(self, federation: Any) -> None:
+        from .data import Federation
+
+        self.spec = federation
+        if isinstance(federation, Mapping):
+            self.kind = "mapping"
+        elif isinstance(federation, Federation):
+            self.kind = "object"
+            self._fingerprint: str | None = None  # computed when first needed
+        elif callable(federation):
+            self.kind = "factory"
+            self._fingerprints: dict[int, str] = {}
+        else:
+            raise TypeError(
+                f"federation={federation!r:.80} ({type(federation).__name__}) must be a mapping of "
+                "make_federation arguments (e.g. {'dataset': 'digits', 'n_clients': 20}), a "
+                "fedselect.data.Federation, or a callable seed -> Federation"
+            )
+
+    def n_clients(self) -> int | None:
+        if self.kind == "mapping":
+            n = self.spec.get("n_clients")
+            return n if isinstance(n, numbers.Integral) else None
+        if self.kind == "object":
+            return self.spec.n_clients
+        return None
+
+    def build(self, seed: int) -> Any:
+        """Seed ``seed``'s federation (for a factory, checked to be the one fingerprinted)."""
+        from .data import Federation, make_federation
+
+        if self.kind == "mapping":
+            return make_federation(random_state=int(seed), **dict(self.spec))
+        if self.kind == "object":
+            return self.spec
+        fed = self.spec(int(seed))
+        if not isinstance(fed, Federation):
+            raise TypeError(
+                f"federation factory {_qualname(self.spec)} returned {type(fed).__name__} {fed!r:.60} for seed {seed}; "
+                "it must return a fedselect.data.Federation"
+            )
+        fp = _federation_fingerprint(fed)
+        if self._fingerprints.setdefault(int(seed), fp) != fp:
+            raise ValueError(
+                f"federation factory {_qualname(self.spec)} built two different federations for seed {seed}; it must "
+                "build the same one for the same seed (seed all its randomness with the seed it is given)"
+            )
+        return fed
+
+    def settings(self, seed: int) -> Any:
+        """What identifies seed ``seed``'s federation in the saved settings (a mapping: the mapping, as always)."""
+        if self.kind == "mapping":
+            return dict(self.spec)
+        if self.kind == "object":
+            if self._fingerprint is None:
+                self._fingerprint = _federation_fingerprint(self.spec)
+            return {"federation": "Federation", "fingerprint": self._fingerprint}
+        if int(seed) not in self._fingerprints:
+            self.build(seed)
+        return {"factory": _qualname(self.spec), "fingerprint": self._fingerprints[int(seed)]}
+
+
+def _check_clients_per_round(cpr: Any, n_clients: Any) -> None:
+    from ._validation import InvalidParameterError
+
+    if isinstance(n_clients, numbers.Integral) and isinstance(cpr, numbers.Integral) and 1 <= n_clients < cpr:
+        raise InvalidParameterError(
+            f"FederatedTrainer: parameter clients_per_round={cpr!r} is invalid; expected an integer between 1 "
+            f"and the federation's {n_clients} clients."
+        )
+
+
 def check_plan(
-    selectors: Mapping[str, tuple[str, Mapping[str, Any]]],
+    selectors: SelectorsArg,
     *,
     trainer: Mapping[str, Any],
     seeds: Sequence[int],
     out_dir: str | os.PathLike[str] | None = None,
-    federation: Mapping[str, Any] | None = None,
+    federation: Any = None,
 ) -> dict[str, Any]:
     """Check everything a comparison can check before it trains anything.
 
@@ -99,10 +258,20 @@ def check_plan(
     be written (a result is written only when
     its run has finished: an unwritable directory must not cost a run).
 
+    Parameters
+    ----------
+    selectors : mapping or sequence
+        As in :func:`run_comparison` (see :func:`selector_table`).
+    trainer : mapping
+    seeds : sequence of int
+    out_dir : path, optional
+    federation : mapping, Federation or callable, optional
+        As in :func:`run_comparison`; anything else is a TypeError.
+
     Returns
     -------
     built : dict
-        Label -> the selector instance.
+        Label -> a new selector instance (a clone for an instance given).
 
     Raises
     ------
@@ -110,10 +279,10 @@ def check_plan(
         The first problem found, naming the label, the parameter, the seed or the path.
     """
     from ._validation import Interval, InvalidParameterError, validate_parameters
-    from .plugins import get_selector
     from .simulation.trainer import FederatedTrainer
 
-    if not selectors:
+    source = _FederationSource(federation) if federation is not None else None
+    if isinstance(selectors, Mapping | Sequence) and not isinstance(selectors, str | bytes) and not selectors:
         raise ValueError("no schemes to compare; give at least one (e.g. --selectors random fedcor)")
     seed_ok = Interval(numbers.Integral, 0, 2**32 - 1, closed="both")
     seeds = list(seeds)
@@ -128,8 +297,9 @@ def check_plan(
             f"seeds {seeds} repeat {repeated}: a seed fixes the whole run, so a repeat would train the same run "
             "twice and count it once; give distinct seeds"
         )
+    table = selector_table(selectors)
     slugs: dict[str, str] = {}
-    for label in selectors:
+    for label in table:
         slug = _slug(label)
         if slug in slugs:
             raise ValueError(
@@ -138,8 +308,8 @@ def check_plan(
             )
         slugs[slug] = label
     built = {}
-    for label, (name, params) in selectors.items():
-        sel = get_selector(name, **dict(params))
+    for label, spec in table.items():
+        sel = spec.build()
         try:
             sel._validate_params()
         except (ValueError, TypeError) as exc:
@@ -150,17 +320,11 @@ def check_plan(
     validate_parameters(tr, trainer_kw, FederatedTrainer._parameter_constraints)
     model = trainer_kw.get("model")
     if isinstance(model, str):
-        from .plugins import list_models
+        from .plugins import list_models, registry
 
-        if model not in list_models():
+        if model not in registry("models"):  # names and aliases
             raise KeyError(f"unknown model {model!r}; registered models: {', '.join(list_models())}")
-    n_clients = (federation or {}).get("n_clients")
-    cpr = trainer_kw.get("clients_per_round")
-    if isinstance(n_clients, numbers.Integral) and isinstance(cpr, numbers.Integral) and 1 <= n_clients < cpr:
-        raise InvalidParameterError(
-            f"FederatedTrainer: parameter clients_per_round={cpr!r} is invalid; expected an integer between 1 "
-            f"and the federation's {n_clients} clients."
-        )
+    _check_clients_per_round(trainer_kw.get("clients_per_round"), source.n_clients() if source else None)
     if out_dir is not None:
         _check_writable_dir(Path(out_dir) / "runs")
     return built
@@ -306,15 +470,21 @@ class Comparison:
         """The table as Markdown.
 
         A rounds cell is N/A when any seed missed the target or failed (followed by the mean
-        of the seeds that reached it); the cost columns average the seeds that reached it.
+        of the seeds that reached it). Every header says what its cell averages over: rounds,
+        accuracies and seconds are means over the finished seeds, the cost columns (what one
+        run spent until it reached the target) are means over the seeds that reached it.
         When a run failed, a last column names each failed seed, its error type and round,
-        and "reached" counts it among the seeds.
+        and "seeds reaching" counts it among the seeds.
         """
         rows = self.rows()
         paper = any("paper" in r for r in rows)
         any_failed = any("failed" in r for r in rows)
-        head = ["scheme", f"rounds to {self.target:.0%}", "reached", "final acc", "best acc",
-                "Mfloats to target", "models down", "losses up", "trainings", "s / run"]
+        target = f"{self.target:.0%}"
+        to_target = f"to {target} per run, mean over seeds reaching it"
+        head = ["scheme", f"rounds to {target}, mean ± std over seeds", f"seeds reaching {target}",
+                "final acc, mean over seeds", "best acc, mean over seeds", f"Mfloats communicated {to_target}",
+                f"models down {to_target}", f"losses up {to_target}", f"local trainings {to_target}",
+                "seconds per run, mean over seeds"]
         if paper:
             head.insert(2, "paper")
         if any_failed:
@@ -423,7 +593,7 @@ class Comparison:
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from .plotting import plot_accuracy, plot_communication, plot_selection_frequency
+        from .plotting import figure_size, plot_accuracy, plot_communication, plot_selection_frequency
 
         out = Path(out_dir or self.out_dir or ".")
         out.mkdir(parents=True, exist_ok=True)
@@ -435,16 +605,15 @@ class Comparison:
         for name, draw in (
             ("accuracy.png",
              lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title, failed=failed)),
-            ("selection_frequency.png", lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax)),
-            ("communication.png", lambda ax: plot_communication(res, self.target, ax=ax, failed=failed)),
+            ("selection_frequency.png",
+             lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax, title=self.title)),
+            ("communication.png",
+             lambda ax: plot_communication(res, self.target, ax=ax, title=self.title, failed=failed)),
         ):
-            if name.startswith("selection"):
-                size = (max(7.0, self.n_clients * 0.09), 1.2 + 0.45 * len(res))
-            else:
-                size = (7.0, 4.5)
+            size = figure_size(name.removesuffix(".png"), list(res), self.n_clients)
             fig, ax = plt.subplots(figsize=size, constrained_layout=True)
             draw(ax)
-            fig.savefig(out / name, dpi=120)
+            fig.savefig(out / name, dpi=120, bbox_inches="tight")  # long labels and titles stay whole
             plt.close(fig)
             paths.append(out / name)
         return paths
@@ -460,21 +629,22 @@ class Comparison:
         (out / "table.md").write_text(self.to_markdown() + "\n")
         (out / "summary.json").write_text(json.dumps({"target": self.target, "rows": self.rows()}, indent=2))
         any_failed = bool(self._n_failed())
-        status = ",status" if any_failed else ""
-        lines = [f"scheme,seed,rounds_to_target,final_accuracy,best_accuracy,rounds_run,floats_to_target{status}"]
+        head = ["scheme", "seed", "rounds_to_target", "final_accuracy", "best_accuracy", "rounds_run",
+                "floats_to_target"]
+        rows: list[list[Any]] = [head + (["status"] if any_failed else [])]
         for label in dict.fromkeys([*self.histories, *self.failed]):
             runs = self.histories.get(label, {})
             for seed in sorted(runs):
                 h = runs[seed]
                 c = h.costs_to_accuracy(self.target)
-                lines.append(
-                    f"{label},{seed},{h.rounds_to_accuracy(self.target) or ''},{h.final_accuracy()},"
-                    f"{h.best_accuracy()},{len(h)},{'' if c is None else c.floats_communicated(h.model_size)}"
-                    + (",finished" if any_failed else "")
-                )
+                rows.append([label, seed, h.rounds_to_accuracy(self.target) or "", h.final_accuracy(),
+                             h.best_accuracy(), len(h), "" if c is None else c.floats_communicated(h.model_size)]
+                            + (["finished"] if any_failed else []))
             for seed, f in sorted(self.failed.get(label, {}).items()):
-                lines.append(f"{label},{seed},,,,{f.get('rounds_completed', '')},,failed")
-        (out / "results.csv").write_text("\n".join(lines) + "\n")
+                rows.append([label, seed, "", "", "", f.get("rounds_completed", ""), "", "failed"])
+        # The csv module quotes a label such as "fedcor(rank=5,beta=0.9)", whose commas would split its row.
+        with open(out / "results.csv", "w", newline="") as fh:
+            csv.writer(fh, lineterminator="\n").writerows(rows)
         return [out / "table.md", out / "summary.json", out / "results.csv"]
 
 
@@ -551,9 +721,9 @@ def machine_info() -> dict[str, Any]:
 
 
 def run_comparison(
-    selectors: Mapping[str, tuple[str, Mapping[str, Any]]],
+    selectors: SelectorsArg,
     *,
-    federation: Mapping[str, Any],
+    federation: Any,
     trainer: Mapping[str, Any],
     seeds: Sequence[int] = (0, 1, 2),
     target: float = 0.8,
@@ -574,10 +744,27 @@ def run_comparison(
 
     Parameters
     ----------
-    selectors : mapping
-        Row label -> ``(registered selector name, parameters)``.
-    federation : mapping
-        Keyword arguments of :func:`fedselect.data.make_federation` (with ``dataset``).
+    selectors : mapping or sequence
+        Row label -> selector, or a list of selectors labelled by default (see
+        :func:`selector_table`). A selector is a registered name, a ``(name, params)`` pair,
+        a :class:`~fedselect.BaseSelector` instance or subclass, or a ``(class, params)``
+        pair. Every run trains its own clone, so runs never share a selector's state.
+        A run's saved settings record a name as given (so comparisons saved before keep
+        their keys) and a class or instance as ``module:qualname`` with its
+        ``get_params()``: a rerun resumes it, and a changed parameter is a settings
+        mismatch.
+    federation : mapping, Federation or callable
+        Keyword arguments of :func:`fedselect.data.make_federation` (with ``dataset``),
+        built for each seed with ``random_state=seed``; or a
+        :class:`fedselect.data.Federation`, used for every seed (the seed then seeds
+        training and selection only); or a factory ``f(seed) -> Federation``, which must
+        build the same federation for the same seed. The saved settings identify an object
+        by a fingerprint of its content (SHA-256 of its arrays and client index lists)
+        and a factory by ``module:qualname`` and the fingerprint of what it built for the
+        seed: a factory is therefore called for every seed before any training (to key the
+        runs and check what it returns), and again when that seed's runs start (one
+        federation is held in memory at a time). Anything else is a TypeError before any
+        training.
     trainer : mapping
         Keyword arguments of :class:`fedselect.FederatedTrainer` (no ``selector``).
     seeds : sequence of int
@@ -588,7 +775,8 @@ def run_comparison(
     overwrite : bool
         Re-run cells whose saved settings differ (and discard their checkpoints) instead of raising.
     progress : bool
-        Progress bars (overall and per run).
+        Progress bars (overall and per run) on a terminal or in a notebook; elsewhere (stderr
+        redirected to a file) one line per finished run through ``log`` instead.
     command : sequence of str, optional
         Recorded with each run (defaults to ``sys.argv``).
     paper : mapping, optional
@@ -610,13 +798,16 @@ def run_comparison(
     Comparison
         Failed runs are in its ``failed`` attribute, not in ``histories``.
     """
-    from .data import make_federation
+    from sklearn.base import clone
+
     from .simulation.trainer import FederatedTrainer
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None
     # Everything checkable before hours of work: selectors and their parameters, the trainer's, seeds, labels, out.
     built = check_plan(selectors, trainer=trainer, seeds=seeds, out_dir=out, federation=federation)
+    table = selector_table(selectors)
+    source = _FederationSource(federation)
     trainer_kw = dict(trainer)
     for managed in ("selector", "checkpoint_dir", "checkpoint_every"):
         trainer_kw.pop(managed, None)
@@ -627,14 +818,18 @@ def run_comparison(
     if command is None:
         command = [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv and sys.argv[0] else []
     command = list(command)
-    histories: dict[str, dict[int, History]] = {label: {} for label in selectors}
-    failed: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in selectors}
+    histories: dict[str, dict[int, History]] = {label: {} for label in table}
+    failed: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in table}
     todo = []
+    feds: dict[int, Any] = {}
     for seed in seeds:
-        for label, (name, params) in selectors.items():
-            settings = {"federation": dict(federation), "trainer": trainer_kw, "selector": name,
-                        "params": dict(params), "seed": int(seed)}
+        if source.kind == "factory":  # its fingerprint needs the federation; keep the last one for the first run
+            feds = {seed: source.build(seed)}
+            _check_clients_per_round(trainer_kw.get("clients_per_round"), feds[seed].n_clients)
+        for label, spec in table.items():
+            settings = run_settings(source.settings(seed), trainer_kw, spec, seed)
             key = _key(settings)
+            name = settings["selector"]
             path = ckpt = None
             if out is not None:
                 path = out / "runs" / f"{_slug(label)}__seed{seed}.json"
@@ -666,16 +861,16 @@ def run_comparison(
                 if n_failed else "")
         log(f"resuming: {done} finished run(s) loaded{note}, {len(todo)} to run")
     n_clients = 0
-    feds: dict[int, Any] = {}
     bar = None
-    if progress and todo:
+    bars = progress and bars_wanted()  # in a log file: one line per finished run instead of redrawn bars
+    if bars and todo:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc="runs", unit="run", mininterval=0.1 if sys.stderr.isatty() else 30.0)
+        bar = tqdm(total=len(todo), desc="runs", unit="run")
     try:
-        for seed, label, name, key, path, ckpt, settings in todo:
+        for i_run, (seed, label, name, key, path, ckpt, settings) in enumerate(todo, 1):
             if seed not in feds:
-                feds = {seed: make_federation(random_state=int(seed), **dict(federation))}
+                feds = {seed: source.build(seed)}
             fed = feds[seed]
             n_clients = fed.n_clients
             if bar is not None:
@@ -685,7 +880,7 @@ def run_comparison(
             if use_ckpt and (ckpt / "checkpoint.pkl").exists():
                 log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
             tr = FederatedTrainer(
-                selector=built[label], random_state=int(seed), progress=progress, **trainer_kw,
+                selector=clone(built[label]), random_state=int(seed), progress=bars, **trainer_kw,
                 **({"checkpoint_dir": ckpt, "checkpoint_every": int(checkpoint_every)} if use_ckpt else {}),
             )
             error: dict[str, Any] | None = None
@@ -731,6 +926,13 @@ def run_comparison(
                 _remove_tree(ckpt)
             if bar is not None:
                 bar.update(1)
+            elif progress and error is None:
+                h = tr.history_
+                acc = h.final_accuracy()
+                log(f"[{i_run}/{len(todo)}] {label} seed {seed}: {len(h)} rounds in "
+                    f"{time.perf_counter() - start:.1f} s, final accuracy "
+                    f"{'-' if acc is None else f'{acc:.3f}'}, rounds to {target:.0%}: "
+                    f"{h.rounds_to_accuracy(target) or 'not reached'}")
     finally:
         if bar is not None:
             bar.close()
@@ -740,13 +942,55 @@ def run_comparison(
         except OSError:
             pass
     if not n_clients:
-        n_clients = int(federation.get("n_clients", 0)) or max(
+        n_clients = int(source.n_clients() or 0) or max(
             (max(max(r.clients) for r in h.rounds) + 1 for runs in histories.values() for h in runs.values()
              if h.rounds),
             default=1,
         )
     return Comparison(histories, float(target), n_clients, out, dict(paper or {}), title,
                       {k: v for k, v in failed.items() if v})
+
+
+def run_settings(federation: Any, trainer: Mapping[str, Any], selector: Any, seed: int) -> dict[str, Any]:
+    """The settings one (scheme, seed) run of a comparison is keyed by and saved with.
+
+    Parameters
+    ----------
+    federation : Any
+        What identifies the seed's federation: the ``make_federation`` mapping, or for a
+        Federation object ``{"federation": "Federation", "fingerprint": ...}``, or for a
+        factory ``{"factory": "module:qualname", "fingerprint": ...}`` (the fingerprint of
+        what it built for this seed).
+    trainer : mapping
+        The trainer's keyword arguments (without ``selector`` and the checkpoint options).
+    selector : selector spec
+        Anything :func:`selector_table` takes; a name is recorded as given with its
+        parameters, a class or instance as ``module:qualname`` with its ``get_params()``.
+    seed : int
+
+    Returns
+    -------
+    dict
+        ``federation``, ``trainer``, ``selector``, ``params``, ``seed``, and ``plugins``
+        only when the run uses a plugin loaded by :func:`fedselect.plugins.load_plugin`
+        (its path and content hash), so the keys of runs without one are unchanged.
+    """
+    from .plugins import as_selector_spec, user_plugins_used
+
+    spec = as_selector_spec(selector)
+    settings = {"federation": federation, "trainer": dict(trainer), **spec.settings(), "seed": int(seed)}
+    # What a run uses when the mapping leaves it out: the defaults of make_federation and the trainer.
+    from .data import make_federation
+    from .simulation.trainer import FederatedTrainer
+
+    dataset = (federation.get("dataset", inspect.signature(make_federation).parameters["dataset"].default)
+               if isinstance(federation, Mapping) else None)
+    model = trainer.get("model", FederatedTrainer().model)
+    objects = tuple(o for o in (spec.cls, model) if not isinstance(o, str))
+    plugins = user_plugins_used(selector=spec.name, dataset=dataset, model=model, objects=objects)
+    if plugins:
+        settings["plugins"] = plugins
+    return settings
 
 
 def _remove_tree(path: Path | None) -> None:

@@ -9,7 +9,74 @@ import numpy as np
 
 from .simulation.history import History
 
-__all__ = ["plot_accuracy", "plot_communication", "plot_selection_frequency"]
+__all__ = ["describe_setting", "plot_accuracy", "plot_communication", "plot_selection_frequency"]
+
+# Federation metadata that is not a partition parameter (the rest, e.g. shards_per_client or alpha, is).
+_NOT_PARTITION_PARAMS = ("dataset", "n_clients", "holdout", "random_state", "partition", "data_dir", "download")
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    if len(seeds) > 1 and list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 else f"{seeds[0]}, {seeds[1]}"
+    return ", ".join(str(s) for s in seeds)
+
+
+def describe_setting(results: Mapping[str, Sequence[History]]) -> str:
+    """The setting the histories ran in, for a figure's title, from what each history recorded.
+
+    For example ``"digits, shards (shards_per_client=2), N = 30, C = 5, mlp, seeds 0-2 (3 per scheme)"``:
+    the data set, the partition and its parameters, the number of clients N, the clients per round C,
+    the model, and the seeds (the trainers' ``random_state``). Items a history did not record (a
+    federation built by hand has no partition name) are left out; "" when there is no history.
+    """
+    hs = [h for runs in results.values() for h in runs]
+    if not hs:
+        return ""
+    config = hs[0].config or {}
+    fed = dict(config.get("federation") or {})
+    trainer = dict(config.get("trainer") or {})
+    parts = []
+    if fed.get("dataset"):
+        parts.append(str(fed["dataset"]))
+    if fed.get("partition"):
+        params = {k: v for k, v in fed.items() if k not in _NOT_PARTITION_PARAMS and v is not None}
+        parts.append(str(fed["partition"]) + (f" ({', '.join(f'{k}={v}' for k, v in params.items())})"
+                                               if params else ""))
+    n_clients = config.get("n_clients") or fed.get("n_clients")
+    if n_clients:
+        parts.append(f"N = {n_clients}")
+    if trainer.get("clients_per_round"):
+        parts.append(f"C = {trainer['clients_per_round']}")
+    if isinstance(trainer.get("model"), str):
+        parts.append(trainer["model"])
+    seeds = sorted({h.config.get("trainer", {}).get("random_state") for h in hs if h.config} - {None})
+    if seeds:
+        per_scheme = sorted({len(runs) for runs in results.values() if runs})
+        count = f"{per_scheme[0]}" if len(per_scheme) == 1 else f"{per_scheme[0]}-{per_scheme[-1]}"
+        parts.append(f"seed{'s' if len(seeds) > 1 else ''} {_seed_list(seeds)} ({count} per scheme)")
+    return ", ".join(parts)
+
+
+def _set_title(ax: Any, title: str | None, results: Mapping[str, Sequence[History]], setting: bool) -> None:
+    import textwrap
+
+    lines = [title] if title else []
+    text = describe_setting(results) if setting else ""
+    if text:
+        lines.append(textwrap.fill(text, 90))
+    if lines:
+        ax.set_title("\n".join(lines), fontsize="medium")
+
+
+def figure_size(kind: str, labels: Sequence[str], n_clients: int = 0) -> tuple[float, float]:
+    """Width and height in inches for a plot of ``kind`` ("accuracy", "selection_frequency" or
+    "communication"): room for the longest label (tick labels and legend entries are never cut)."""
+    room = 0.075 * max((len(str(label)) for label in labels), default=0)  # ~ the width of 10 pt characters
+    if kind == "selection_frequency":
+        return (max(7.0, n_clients * 0.09) + room, 1.6 + 0.45 * len(labels))
+    if kind == "communication":
+        return (7.0 + room, 2.2 + 0.4 * len(labels))
+    return (7.0 + room, 4.5)
 
 
 def _axes(ax: Any, figsize: tuple[float, float] = (7.0, 4.5)) -> Any:
@@ -36,8 +103,13 @@ def plot_accuracy(
     ax: Any = None,
     title: str | None = None,
     failed: Mapping[str, int] | None = None,
+    setting: bool = True,
 ) -> Any:
     """Test accuracy against rounds, mean over seeds with a +-1 std band (like FedCor's Fig. 4).
+
+    The line is the mean over a scheme's seeds, the shaded band the mean plus and minus one
+    standard deviation over them (``np.std``, ddof=0), at each round every seed evaluated; the
+    legend says so. A scheme with one seed has no band.
 
     Parameters
     ----------
@@ -50,13 +122,16 @@ def plot_accuracy(
     failed : mapping, optional
         Label -> number of failed runs (diverged or raised), named in the legend; a scheme
         whose every run failed appears in the legend with no curve.
+    setting : bool, default True
+        Add the setting the runs share (:func:`describe_setting`) to the title.
 
     Returns
     -------
     matplotlib Axes
     """
-    ax = _axes(ax)
+    ax = _axes(ax, figure_size("accuracy", list(results)))
     failed = dict(failed or {})
+    banded = False
     for label, hs in results.items():
         note = f", {failed[label]} failed" if failed.get(label) else ""
         if not hs:
@@ -69,14 +144,16 @@ def plot_accuracy(
         (line,) = ax.plot(x, mean, label=f"{label} (n={len(hs)}{note})", lw=1.6)
         if len(hs) > 1:
             ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.18, lw=0)
+            banded = True
     if target is not None:
         ax.axhline(target, ls="--", color="0.4", lw=1, label=f"target {target:.0%}")
     ax.set_xlabel("communication round")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
-    if title:
-        ax.set_title(title)
+    # Beside the axes: long labels (selector parameters) never cover the curves.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title_fontsize="small",
+              title="line: mean over the n seeds\nband: ± 1 std over them" if banded else "one seed: no band")
+    _set_title(ax, title, results, setting)
     return ax
 
 
@@ -86,8 +163,12 @@ def plot_selection_frequency(
     *,
     ax: Any = None,
     title: str | None = None,
+    setting: bool = True,
 ) -> Any:
-    """How often each client was chosen, per scheme, summed over seeds (FedCor's Fig. 6).
+    """How often each client was chosen per run, per scheme, averaged over seeds (FedCor's Fig. 6).
+
+    Beside each row, ``cv`` is the coefficient of variation of the counts across clients (std /
+    mean): 0 when every client was chosen equally often.
 
     Parameters
     ----------
@@ -96,13 +177,15 @@ def plot_selection_frequency(
     n_clients : int
     ax : matplotlib Axes, optional
     title : str, optional
+    setting : bool, default True
+        Add the setting the runs share (:func:`describe_setting`) to the title.
 
     Returns
     -------
     matplotlib Axes
     """
     labels = [k for k, v in results.items() if v]
-    ax = _axes(ax, (max(7.0, n_clients * 0.09), 1.2 + 0.45 * len(labels)))
+    ax = _axes(ax, figure_size("selection_frequency", labels, n_clients))
     if not labels:  # every run failed: say so instead of drawing an empty frame
         ax.text(0.5, 0.5, "no finished run to show", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
@@ -113,15 +196,14 @@ def plot_selection_frequency(
     ).reshape(len(labels), n_clients)
     image = ax.imshow(freq, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_yticks(np.arange(len(labels)), labels)
-    ax.set_xlabel("client id")
-    ax.figure.colorbar(image, ax=ax, label="times chosen per run", pad=0.01)
+    ax.set_xlabel("client id   (cv: std / mean of the counts across clients)")
+    ax.figure.colorbar(image, ax=ax, label="times chosen per run\n(mean over seeds)", pad=0.08)
     for i in range(len(labels)):
         row = freq[i]
         cv = row.std() / row.mean() if row.mean() > 0 else 0.0
         ax.text(n_clients - 0.5, i, f" cv {cv:.2f}", va="center", ha="left", fontsize="x-small",
                 clip_on=False)
-    if title:
-        ax.set_title(title)
+    _set_title(ax, title, {k: results[k] for k in labels}, setting)
     return ax
 
 
@@ -132,14 +214,17 @@ def plot_communication(
     ax: Any = None,
     title: str | None = None,
     failed: Mapping[str, int] | None = None,
+    setting: bool = True,
 ) -> Any:
     """Floats communicated until the target was reached, per scheme (mean over seeds that reached it).
 
     Model transfers count ``model_size`` floats each; loss reports and compressed updates count
-    their floats. Schemes whose runs never reached the target are shown as missing; failed runs
-    (``failed``: label -> count) count as not reaching it and are named beside the bar.
+    their floats. The bar is the mean over the seeds that reached the target, the error bar one
+    standard deviation over them (ddof=0). Schemes whose runs never reached the target are shown
+    as missing; failed runs (``failed``: label -> count) count as not reaching it and are named
+    beside the bar. ``setting`` adds :func:`describe_setting` to the title.
     """
-    ax = _axes(ax)
+    ax = _axes(ax, figure_size("communication", list(results)))
     failed = dict(failed or {})
     labels, means, stds, notes = [], [], [], []
     for label, hs in results.items():
@@ -147,7 +232,7 @@ def plot_communication(
         for h in hs:
             c = h.costs_to_accuracy(target)
             if c is not None:
-                vals.append(c.floats_communicated(h.model_size))
+                vals.append(c.floats_communicated(h.model_size) / 1e6)
         labels.append(label)
         means.append(np.mean(vals) if vals else 0.0)
         stds.append(np.std(vals) if len(vals) > 1 else 0.0)
@@ -156,13 +241,14 @@ def plot_communication(
     y = np.arange(len(labels))
     ax.barh(y, means, xerr=stds, color="tab:blue", alpha=0.8)
     for yi, m, s, note in zip(y, means, stds, notes):
-        ax.text(m + s, yi + 0.3, f" reached {note}", va="center", fontsize="small")
+        ax.text(m + s, yi, f" reached {note}", va="center", fontsize="small")
     ends = [m + s for m, s in zip(means, stds)]
     if ends and max(ends) > 0:
         ax.set_xlim(0, 1.3 * max(ends))  # room for the "reached" notes of the longest bars
     ax.set_yticks(y, labels)
-    ax.set_xlabel(f"floats communicated until {target:.0%} test accuracy")
+    ax.invert_yaxis()  # first scheme on top, in the table's order
+    ax.set_xlabel(f"million floats communicated until {target:.0%} test accuracy\n"
+                  "(bar: mean over the seeds that reached it; error bar: ± 1 std over them)")
     ax.grid(alpha=0.3, axis="x")
-    if title:
-        ax.set_title(title)
+    _set_title(ax, title, results, setting)
     return ax

@@ -9,11 +9,16 @@ an empty string for none (built-ins always load).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -28,9 +33,13 @@ __all__ = [
     "list_datasets",
     "list_models",
     "list_selectors",
+    "load_plugin",
     "load_plugins",
     "pm",
+    "register_plugin",
     "registry",
+    "resolve_selector",
+    "selector_label",
 ]
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
@@ -54,6 +63,9 @@ pm = pluggy.PluginManager("fedselect")
 pm.add_hookspecs(hookspecs)
 
 _loaded = False
+# Plugins registered by load_plugin / register_plugin: their pluggy name -> {"path", "sha256"} (files) or
+# {"module"} (modules and objects), so a comparison can record which user code its runs used.
+_user_plugins: dict[str, dict[str, str]] = {}
 
 
 class PluginError(RuntimeError):
@@ -240,3 +252,399 @@ def get_dataset_loader(name: str) -> Callable[..., Any]:
 def get_model_builder(name: str) -> Callable[..., Any]:
     """The builder registered as model ``name``."""
     return _lookup("models", name).obj
+
+
+# -- user plugins without packaging ---------------------------------------------------------------
+
+
+def _file_sha256(path: str | os.PathLike[str] | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def _hookimpl_names(obj: Any) -> list[str]:
+    """Names of the attributes of ``obj`` marked with :data:`fedselect.hookimpl`."""
+    marker = f"{hookspecs.hookimpl.project_name}_impl"
+    return sorted(name for name in dir(obj) if hasattr(getattr(obj, name, None), marker))
+
+
+def register_plugin(plugin: ModuleType | object, *, name: str | None = None) -> ModuleType | object:
+    """Register a module (or any object) holding ``@fedselect.hookimpl`` functions, as an entry point would.
+
+    What it registers is checked at once: the registries it adds to are rebuilt, so a
+    name registered twice, a selector that is not a :class:`~fedselect.BaseSelector`
+    subclass or a hook that raises is reported here, naming the plugin, and the plugin
+    is then unregistered again. Registering the same object twice does nothing.
+
+    Parameters
+    ----------
+    plugin : module or object
+        Has one or more of the hooks ``register_selectors``, ``register_datasets`` and
+        ``register_models`` (see :mod:`fedselect.hookspecs`), decorated with
+        :data:`fedselect.hookimpl`.
+    name : str, optional
+        The plugin's name in error messages and in :func:`registry` entries; default
+        ``"module <module name>"``.
+
+    Returns
+    -------
+    module or object
+        ``plugin``.
+
+    Raises
+    ------
+    PluginError
+        ``plugin`` has no hook implementation (a hook function without the decorator is
+        named), implements a hook that does not exist, or registers something invalid.
+    """
+    load_plugins()
+    label = name or f"module {getattr(plugin, '__name__', type(plugin).__name__)}"
+    if pm.is_registered(plugin):
+        return plugin
+    impls = _hookimpl_names(plugin)
+    known = sorted(n for n in dir(hookspecs) if n.startswith("register_"))
+    if not impls:
+        undecorated = [n for n in known if callable(getattr(plugin, n, None))]
+        hint = (f"; {', '.join(undecorated)} must be decorated with @fedselect.hookimpl" if undecorated
+                else f"; define one of {', '.join(known)} decorated with @fedselect.hookimpl")
+        raise PluginError(f"{label} holds no fedselect hook implementation{hint}")
+    unknown = [n for n in impls if n not in known]
+    if unknown:
+        raise PluginError(f"{label} implements unknown hook(s) {', '.join(unknown)}; fedselect's hooks are "
+                          f"{', '.join(known)}")
+    pm.register(plugin, name=label)
+    kinds = {"register_selectors": "selectors", "register_datasets": "datasets", "register_models": "models"}
+    try:
+        for hook in impls:
+            registry(kinds[hook])
+    except Exception:
+        pm.unregister(plugin)
+        raise
+    record = {"module": getattr(plugin, "__name__", type(plugin).__qualname__)}
+    sha = _file_sha256(getattr(plugin, "__file__", None))
+    if sha is not None:
+        record["sha256"] = sha
+    _user_plugins[label] = record
+    return plugin
+
+
+def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
+    """Import a plugin from a Python file or an importable module and register its hooks.
+
+    This is what ``fedselect ... --plugin FILE_OR_MODULE`` does: the file needs no package,
+    no ``pyproject.toml`` and no installation; its ``@fedselect.hookimpl`` functions
+    (``register_selectors``, ``register_datasets``, ``register_models``) register exactly as
+    an installed entry-point plugin's would. A file is imported as a module named after it
+    (``my_selector.py`` -> ``my_selector``, so its classes pickle and their settings read
+    ``my_selector:MySelector``); its directory is not added to ``sys.path``. Loading the
+    same file again does nothing unless its content changed (then it is imported afresh).
+
+    Parameters
+    ----------
+    path_or_module : str or os.PathLike
+        A path ending in ``.py`` (or naming an existing file), else a dotted module name.
+
+    Returns
+    -------
+    module
+        The imported module.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    PluginError
+        The file or module fails to import (the message carries the original error), a
+        module of the same name from another file is already imported, or it defines no
+        valid hook implementation (see :func:`register_plugin`).
+
+    Examples
+    --------
+    >>> import fedselect.plugins
+    >>> fedselect.plugins.load_plugin("my_selector.py")  # doctest: +SKIP
+    <module 'my_selector' from '/home/me/my_selector.py'>
+    """
+    text = os.fspath(path_or_module)
+    is_file = text.endswith(".py") or os.sep in text or Path(text).is_file()
+    if not is_file:
+        try:
+            module = importlib.import_module(text)
+        except Exception as exc:
+            raise PluginError(f"plugin module {text!r} failed to import: {type(exc).__name__}: {exc}") from exc
+        return register_plugin(module, name=f"module {text}")  # type: ignore[return-value]
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"plugin file {text} does not exist" if not path.exists()
+                                else f"plugin file {text} is not a file")
+    resolved = path.resolve()
+    label = f"file {resolved}"
+    existing = pm.get_plugin(label)
+    if existing is not None:
+        if _user_plugins.get(label, {}).get("sha256") == _file_sha256(resolved):
+            return existing
+        pm.unregister(existing)  # the file changed since: load it afresh
+        sys.modules.pop(getattr(existing, "__name__", ""), None)
+        _user_plugins.pop(label, None)
+    mod_name = path.stem
+    if not mod_name.isidentifier():
+        raise PluginError(f"plugin file {text}: {mod_name!r} is not a valid module name; rename the file "
+                          "(letters, digits and underscores, e.g. my_selector.py)")
+    other = sys.modules.get(mod_name)
+    if other is not None:
+        other_file = getattr(other, "__file__", None)
+        raise PluginError(
+            f"plugin file {text}: a module named {mod_name!r} is already imported"
+            f"{f' from {other_file}' if other_file else ''}; rename the file"
+        )
+    spec = importlib.util.spec_from_file_location(mod_name, resolved)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"plugin file {text} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        del sys.modules[mod_name]
+        if not isinstance(exc, Exception):
+            raise
+        raise PluginError(f"plugin file {text} failed to import: {type(exc).__name__}: {exc}") from exc
+    try:
+        register_plugin(module, name=label)
+    except PluginError as exc:
+        del sys.modules[mod_name]
+        raise PluginError(str(exc).replace(label, f"plugin file {text}", 1)) from exc
+    _user_plugins[label] = {"path": os.path.normpath(text), "sha256": _file_sha256(resolved) or ""}
+    return module
+
+
+def user_plugins_used(*, selector: Any = None, dataset: Any = None, model: Any = None,
+                      objects: tuple[Any, ...] = ()) -> list[dict[str, str]]:
+    """The plugins loaded by :func:`load_plugin` / :func:`register_plugin` that provide what a run uses.
+
+    ``selector``, ``dataset`` and ``model`` are registered names (others are ignored);
+    ``objects`` are classes, instances or functions, matched by their module. Each record
+    is ``{"path", "sha256"}`` for a file and ``{"module", "sha256"}`` for a module, so a run
+    that used a plugin records which code it ran and one that did not records nothing.
+    """
+    if not _user_plugins:
+        return []
+    names: set[str] = set()
+    for kind, key in (("selectors", selector), ("datasets", dataset), ("models", model)):
+        if isinstance(key, str):
+            entry = registry(kind).get(key)
+            if entry is not None:
+                names.add(entry.plugin)
+    modules = set()
+    for obj in objects:
+        mod = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", None)
+        if mod:
+            modules.add(mod)
+    for label in _user_plugins:
+        plugin = pm.get_plugin(label)
+        if plugin is not None and getattr(plugin, "__name__", None) in modules:
+            names.add(label)
+    return [dict(_user_plugins[n]) for n in sorted(names) if n in _user_plugins]
+
+
+# -- selectors as users give them -----------------------------------------------------------------
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` as plain JSON: numbers, strings, lists, dicts; functions and classes as ``module:qualname``."""
+    import numpy as np
+
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return f"{getattr(value, '__module__', '?')}:{value.__qualname__}"
+    return repr(value)
+
+
+@dataclass(frozen=True)
+class SelectorSpec:
+    """A selector as a user gave it: see :func:`resolve_selector`.
+
+    Attributes
+    ----------
+    cls : type
+        The selector class.
+    params : dict
+        The parameters given (for an instance: all of its ``get_params()``).
+    name : str or None
+        The registered name it was given by, or None for a class or an instance.
+    instance : BaseSelector or None
+        The instance it was given as (never used itself: :meth:`build` clones it).
+    """
+
+    cls: type
+    params: dict[str, Any]
+    name: str | None = None
+    instance: Any = None
+
+    def build(self) -> Any:
+        """A new, unfitted selector: a clone of the instance, or ``cls(**params)``."""
+        if self.instance is not None:
+            from sklearn.base import clone
+
+            return clone(self.instance)
+        try:
+            return self.cls(**self.params)
+        except TypeError as exc:
+            raise TypeError(f"selector {self.display!r} ({self.cls.__name__}) does not accept these parameters: "
+                            f"{exc}") from exc
+
+    @property
+    def display(self) -> str:
+        """The registered name when the class is registered, else the class name."""
+        if self.name is not None:
+            return self.name
+        for entry in registry("selectors").values():
+            if entry.obj is self.cls:
+                return entry.name
+        return self.cls.__name__
+
+    @property
+    def label(self) -> str:
+        """A row label: ``display`` plus the parameters given (for an instance, those off their defaults)."""
+        params = self.params
+        if self.instance is not None:
+            defaults = _param_defaults(self.cls)
+            params = {k: v for k, v in params.items() if k not in defaults or not _same(defaults[k], v)}
+        inner = ",".join(f"{k}={v!r}" if not isinstance(v, str) else f"{k}={v}" for k, v in params.items())
+        return f"{self.display}({inner})" if inner else self.display
+
+    def settings(self) -> dict[str, Any]:
+        """What identifies this scheme in a comparison's saved settings.
+
+        A name is recorded as given, with the parameters given (``{"selector": "fedcor",
+        "params": {"rank": 5}}``), as comparisons always have; a class or an instance as
+        ``module:qualname`` with all of the built selector's ``get_params()`` made JSON-safe.
+        """
+        if self.name is not None:
+            return {"selector": self.name, "params": dict(self.params)}
+        return {"selector": f"{self.cls.__module__}:{self.cls.__qualname__}",
+                "params": _json_safe(self.build().get_params(deep=False))}
+
+
+def _param_defaults(cls: type) -> dict[str, Any]:
+    import inspect
+
+    sig = inspect.signature(cls.__init__)
+    return {n: p.default for n, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a is b or a == b)
+    except Exception:  # arrays and other objects without a truth value of ==
+        return False
+
+
+_SPEC_HELP = ("a registered name (e.g. 'random'), a (name, params) pair, a BaseSelector instance, a BaseSelector "
+              "subclass or a (class, params) pair")
+
+
+def _check_param_names(cls: type, params: Mapping[str, Any], shown: str) -> None:
+    allowed = cls._get_param_names()
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"selector {shown!r} ({cls.__name__}) has no parameter {', '.join(map(repr, unknown))}; its parameters: "
+            f"{', '.join(allowed) or '(none)'}"
+        )
+
+
+def as_selector_spec(spec: Any) -> SelectorSpec:
+    """Normalise a selector given in any accepted form into a :class:`SelectorSpec` (see :func:`resolve_selector`)."""
+    from .selection import BaseSelector
+
+    if isinstance(spec, SelectorSpec):
+        return spec
+    if isinstance(spec, str):
+        return SelectorSpec(get_selector_class(spec), {}, name=spec)
+    if isinstance(spec, BaseSelector):
+        return SelectorSpec(type(spec), spec.get_params(deep=False), instance=spec)
+    if isinstance(spec, type) and issubclass(spec, BaseSelector):
+        return SelectorSpec(spec, {})
+    if isinstance(spec, tuple | list) and len(spec) == 2 and isinstance(spec[1], Mapping):
+        what, params = spec[0], dict(spec[1])
+        if not all(isinstance(k, str) for k in params):
+            raise TypeError(f"selector {spec!r}: parameter names must be strings")
+        if isinstance(what, str):
+            cls = get_selector_class(what)
+            _check_param_names(cls, params, what)
+            return SelectorSpec(cls, params, name=what)
+        if isinstance(what, type) and issubclass(what, BaseSelector):
+            _check_param_names(what, params, what.__name__)
+            return SelectorSpec(what, params)
+    raise TypeError(f"selector {spec!r:.80} ({type(spec).__name__}) is not a selector; expected {_SPEC_HELP}")
+
+
+def is_selector_spec_shape(value: Any) -> bool:
+    """Whether ``value`` has the shape of a selector spec (no registry lookup; names are checked later)."""
+    from .selection import BaseSelector
+
+    def what_ok(w: Any) -> bool:
+        return isinstance(w, str) or (isinstance(w, type) and issubclass(w, BaseSelector))
+
+    if what_ok(value) or isinstance(value, BaseSelector):
+        return True
+    return isinstance(value, tuple | list) and len(value) == 2 and what_ok(value[0]) and isinstance(value[1], Mapping)
+
+
+def resolve_selector(spec: Any) -> Any:
+    """A new, unfitted selector from any of the forms fedselect accepts.
+
+    Parameters
+    ----------
+    spec : str, tuple, BaseSelector or type
+        A registered name (``"power-of-choice"``), a ``(name, params)`` pair
+        (``("power-of-choice", {"d": 10})``), a :class:`~fedselect.BaseSelector` instance
+        (cloned with :func:`sklearn.base.clone`: the given object is never trained, and
+        learned state is not copied), a BaseSelector subclass (built with its defaults) or a
+        ``(class, params)`` pair.
+
+    Returns
+    -------
+    BaseSelector
+
+    Raises
+    ------
+    KeyError
+        An unknown name; the message lists the registered ones.
+    ValueError
+        A parameter the selector does not have; the message lists those it has.
+    TypeError
+        Anything else.
+
+    Examples
+    --------
+    >>> from fedselect.plugins import resolve_selector
+    >>> resolve_selector(("power-of-choice", {"d": 10}))
+    PowerOfChoiceSelector(d=10)
+    """
+    return as_selector_spec(spec).build()
+
+
+def selector_label(spec: Any) -> str:
+    """The default row label of a selector spec: its registered name (else class name) and the parameters given.
+
+    Examples
+    --------
+    >>> from fedselect.plugins import selector_label
+    >>> selector_label(("power-of-choice", {"d": 10}))
+    'power-of-choice(d=10)'
+    """
+    return as_selector_spec(spec).label

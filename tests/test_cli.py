@@ -128,3 +128,19 @@ def test_compare_compress_gzips_the_runs_and_a_rerun_reads_them(tmp_path, capsys
     capsys.readouterr()
     assert main(args) == 0
     assert "2 finished run(s) loaded, 0 to run" in capsys.readouterr().err
+
+
+def test_momentum_option_reaches_the_trainer(tmp_path, capsys):
+    with_m, without = tmp_path / "m.json", tmp_path / "plain.json"
+    assert main(["run", "--selector", "random", "--out", str(with_m), "--momentum", "0.9", *SMALL]) == 0
+    assert main(["run", "--selector", "random", "--out", str(without), *SMALL]) == 0
+    a, b = json.loads(with_m.read_text()), json.loads(without.read_text())
+    # The same clients (random selection does not depend on the model), other models: momentum was used.
+    assert [r["clients"] for r in a["rounds"]] == [r["clients"] for r in b["rounds"]]
+    assert [r["test_loss"] for r in a["rounds"]] != [r["test_loss"] for r in b["rounds"]]
+
+
+def test_momentum_out_of_range_is_refused_before_training(tmp_path, capsys):
+    assert main(["run", "--selector", "random", "--momentum", "1.5", *SMALL]) != 0
+    err = capsys.readouterr().err
+    assert "momentum" in err
