@@ -29,7 +29,7 @@ def landing_figure() -> Any:
     if missing:
         raise FileNotFoundError(f"landing_figure: no recorded runs of {missing} in {RUNS / 'runs'}")
     results = {SHOWN[label]: list(runs.values()) for label, runs in comp.histories.items()}
-    fig, ax = plt.subplots(figsize=(8, 3.8), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(9.5, 4), constrained_layout=True)
     plot_accuracy(results, target=TARGET, ax=ax)
     ax.set_ylim(0.2, 0.75)
     ax.set_title("Fashion-MNIST, 100 clients holding one label each, 10 chosen per round "
