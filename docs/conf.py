@@ -4,7 +4,9 @@ Build (warnings are errors, as in CI)::
 
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 
-Add ``-D plot_gallery=0`` to skip running the examples. Cross-links to Python, NumPy,
+Add ``-D plot_gallery=0`` to skip running the examples. Then look at the pages as a reader
+does: ``python docs/check_rendered.py docs/_build/html`` opens each one in headless Chromium
+and fails on theme error boxes, system messages, broken images and tracebacks. Cross-links to Python, NumPy,
 scikit-learn and PyTorch need the network; they are off unless
 ``FEDSELECT_DOCS_INTERSPHINX=1`` is set.
 """
