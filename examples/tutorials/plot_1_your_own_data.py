@@ -31,7 +31,7 @@ records about data it cannot name.
 #   client fits its own data; measured on held-out data, how well the model generalises
 #   on that client. FedCor's official code holds out 20 % per client.
 #
-# The partition functions in :mod:`fedselect.data.partition` and
+# The partition functions in ``fedselect.data.partition`` and
 # :func:`~fedselect.data.split_holdout` work on plain arrays, so the whole federation
 # can be assembled by hand:
 
@@ -147,7 +147,7 @@ for title, split in splits.items():
 # From torch Datasets
 # -------------------
 # Data often arrives as a torch ``Dataset``. :meth:`Federation.from_datasets
-# <fedselect.data.Federation.from_datasets>` takes a map-style Dataset of ``(input,
+# <fedselect.Federation.from_datasets>` takes a map-style Dataset of ``(input,
 # target)`` items and partitions it by a scheme name or by a function such as ours
 # (its parameters follow as keywords); the test split is a Dataset or an ``(X_test,
 # y_test)`` pair. A *list* of Datasets is taken as one client each instead (the natural
@@ -171,7 +171,7 @@ print(skewed.metadata)
 # Flower Datasets (``flwr-datasets``) has partitioners fedselect does not reimplement:
 # ``NaturalIdPartitioner`` (one client per writer or user id), ``PathologicalPartitioner``,
 # ``ShardPartitioner`` and more, all over Hugging Face ``datasets``.
-# :meth:`Federation.from_partitioner <fedselect.data.Federation.from_partitioner>` turns
+# :meth:`Federation.from_partitioner <fedselect.Federation.from_partitioner>` turns
 # any partitioner whose ``dataset`` is set into a Federation (partition k is client k).
 # It needs an optional extra, ``pip install "fedselect[flwr-datasets]"``, about 300 MB
 # on top of fedselect (``datasets``, ``pyarrow``, ``pandas``). The extra is not installed

@@ -348,8 +348,9 @@ plt.show()
 # ``momentum=m`` gives each chosen client SGD with heavy-ball momentum during its local
 # steps, exactly as ``torch.optim.SGD(momentum=m, nesterov=...)``. The momentum buffer
 # starts empty in every round (server-side momentum across rounds, as in FedAvgM, is not
-# built in), so momentum only acts over a client's local steps: with one or two steps
-# per round it does nothing, so we give each client 10 local steps. With momentum m a
+# built in), so momentum only acts over a client's local steps: with a single step per
+# round it changes nothing and with two it changes little, so we give each client 10
+# local steps. With momentum m a
 # steady gradient moves the weights lr / (1 - m) per step, so ``lr=0.01, momentum=0.9``
 # takes steps comparable to plain SGD at ``lr=0.1``; keeping ``lr=0.1`` with momentum
 # 0.9 steps ten times further.
