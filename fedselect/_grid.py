@@ -119,10 +119,19 @@ def _load_plugin_sources(sources: Sequence[tuple[Any, ...]]) -> None:
             register_plugin(rest[0], name=rest[1])
 
 
-def _in_interactive_main(obj: Any) -> bool:
-    """Whether ``obj`` (or its class) lives in a ``__main__`` that has no file (a REPL, a notebook, ``-c``)."""
+def _main_file_missing() -> str | None:
+    """The ``__file__`` of a ``__main__`` that names no file (a script read from stdin), which workers cannot import."""
     main = sys.modules.get("__main__")
-    if main is None or getattr(main, "__file__", None):
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        return None
+    return None if os.path.isfile(path) else str(path)
+
+
+def _in_interactive_main(obj: Any) -> bool:
+    """Whether ``obj`` (or its class) lives in a ``__main__`` without a file (a REPL, a notebook, ``-c``, stdin)."""
+    main = sys.modules.get("__main__")
+    if main is None or (getattr(main, "__file__", None) and _main_file_missing() is None):
         return False
     mod = getattr(obj, "__module__", None) if isinstance(obj, type) or callable(obj) else None
     return (mod or type(obj).__module__) == "__main__"
@@ -171,6 +180,11 @@ def prepare(grid: Any, *, jobs: int, ray_address: str | None, log: Callable[[str
         sources, payload = _serialise(grid, _plugin_sources(), dumps=ray.cloudpickle.dumps,
                                       where="Ray workers", by_value=True)
         return _RayRunner(payload, sources, threads, ray_address)
+    missing = _main_file_missing()
+    if missing is not None:  # multiprocessing would fail to start every worker, with a FileNotFoundError each
+        raise RuntimeError(f"jobs={jobs}: worker processes cannot be started from a script that is not a file "
+                           f"(__main__ is {missing!r}, read from standard input?); save it to a file and run that, "
+                           "or use jobs=1")
     threads = threads_per_run(jobs, n_threads)
     n = cores()
     if jobs * threads > n:
@@ -231,10 +245,16 @@ def _init_worker(token: str, sources: bytes, payload: bytes, threads: int, paren
 
     torch.set_num_threads(int(threads))
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    _install(token, sources, payload)
+    try:
+        _install(token, sources, payload)
+    except Exception as exc:  # reported by the first task, in the parent, instead of a bare broken pool
+        _STATE["start_error"] = f"{type(exc).__name__}: {exc}"
 
 
 def _run_in_worker(label: str, seed: int, ckpt: Path | None) -> Any:
+    if "start_error" in _STATE:
+        raise RuntimeError(f"a worker process of the comparison could not load its plugins or the comparison's "
+                           f"schemes, federation and trainer options: {_STATE['start_error']}")
     return _run_cell(label, seed, ckpt)
 
 

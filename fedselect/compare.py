@@ -19,6 +19,10 @@ result, and the rerun after fixing them resumes from the last checkpoint. A resu
 checkpoint file that cannot be read is moved aside
 as ``<name>.corrupt-<timestamp>`` with a :class:`~fedselect.simulation.CorruptFileWarning`
 naming it, and its run is redone.
+
+With ``jobs > 1`` (worker processes) or ``ray_address`` (Ray tasks) the runs train side by
+side (see :mod:`fedselect._grid`); planning, keys and result files stay here, so a parallel
+comparison writes, resumes and fails exactly as a serial one.
 """
 
 from __future__ import annotations
@@ -864,11 +868,61 @@ def run_comparison(
         this many rounds (see :class:`~fedselect.FederatedTrainer`'s ``checkpoint_dir``), so a
         killed comparison redoes at most that many rounds of the run in progress; the
         checkpoint is deleted once the run's result file is written. None or 0: no checkpoints.
+    jobs : int or "auto", default 1
+        How many (scheme, seed) runs train at once on this machine. 1: one after another in
+        this process, as always. ``N > 1``: a pool of N worker processes (started by the
+        ``forkserver`` method, ``spawn`` where there is none; never ``fork``, which is unsafe
+        once torch has started its threads), one run per task. 0 or ``"auto"``: one run per
+        ``n_threads`` cores, ``cores // n_threads`` with the cores this process may use
+        (``os.sched_getaffinity``). Each worker runs torch with the trainer's ``n_threads``
+        when set, else ``cores // jobs`` threads; when ``jobs x threads`` exceeds the cores
+        a :class:`RuntimeWarning` says so and the grid runs anyway (slower, same results).
+        See Notes.
+    ray_address : str, optional
+        Run each (scheme, seed) as a task on a Ray cluster instead: ``"auto"`` (the cluster
+        this machine belongs to), ``"ray://host:port"``, or ``"local"`` (start Ray on this
+        machine); if this process is already connected to Ray (``ray.init`` was called) that
+        connection is used and left open. Each task asks for ``n_threads`` CPUs (default 1).
+        Needs Ray (``pip install "fedselect[ray]"``); an ImportError names it otherwise.
+        Not together with ``jobs`` other than 1.
 
     Returns
     -------
     Comparison
         Failed runs are in its ``failed`` attribute, not in ``histories``.
+
+    Notes
+    -----
+    **Parallel grids** (``jobs > 1`` or ``ray_address``). Planning stays here: which cells
+    are finished, their keys, the settings check. What every run shares (the selectors, the
+    federation or its recipe, the trainer options) is pickled once before any training and
+    sent to each worker; each cell then runs exactly the code of a serial run, and its
+    outcome comes back here, where its result file is written the moment it arrives: same
+    JSON, same key, same checkpoints under ``<out>/checkpoints/``, so a killed parallel
+    comparison resumes like a serial one (and either can resume the other). A run that fails
+    in a worker is recorded as failed and the grid goes on; an environment error in a worker
+    (``OSError``, ``MemoryError``, a worker process that died) stops the grid, and so does
+    Ctrl-C: tasks not started are cancelled and the workers are terminated (a worker also
+    exits by itself when this process dies). Progress is one bar, or one line per finished
+    run in a log, for the whole grid; workers draw no bars of their own.
+
+    Results equal a serial run's bit for bit when each run uses the same number of torch
+    threads (intra-op threads change how float sums are split): set ``n_threads``
+    (``--threads``, 1 by default on the command line) to compare a parallel grid with a
+    serial one. ``histories`` keeps the serial order whatever order the runs finish in.
+
+    What must travel to the workers: selector classes and instances, federation factories
+    and objects in ``trainer`` must pickle, i.e. be defined at the top level of an importable
+    module, or of the script being run (guard its code with ``if __name__ == "__main__":``,
+    as :mod:`multiprocessing` requires). A lambda or nested function or class, or a class
+    defined in a notebook or interactive session, is a TypeError naming it before any
+    training (run those with ``jobs=1``; Ray pickles functions and ``__main__`` classes by
+    value and takes them). Plugins loaded by :func:`fedselect.plugins.load_plugin`
+    (``--plugin``) or :func:`~fedselect.plugins.register_plugin` are loaded again in each
+    worker; installed entry-point plugins load there as everywhere. On a Ray cluster of
+    several machines, fedselect, the data sets, plugin files and ``out_dir`` (for the
+    checkpoints) must be at the same paths on every node; without a shared ``out_dir`` a
+    killed cell restarts from its first round, results being written here in any case.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None

@@ -268,3 +268,27 @@ def test_ray_tasks_give_the_serial_histories_and_files(serial, local_ray, tmp_pa
     assert comp.histories == comp1.histories
     assert _files(tmp_path) == _files(out1)
     assert local_ray.is_initialized()  # an instance the caller started is left running
+
+
+def test_a_class_of_an_interactive_session_is_refused_by_name(tmp_path):
+    import os
+    import subprocess
+
+    code = (
+        "import numpy as np\n"
+        "from fedselect.compare import run_comparison\n"
+        "from fedselect.selection import BaseSelector, Selection\n"
+        "class Typed(BaseSelector):\n"
+        "    def _fit(self, pool): pass\n"
+        "    def _select(self, n, *, round, oracle): return Selection(np.arange(n))\n"
+        "try:\n"
+        "    run_comparison({'typed': Typed()}, federation={'dataset': 'digits'}, trainer={'rounds': 2},\n"
+        "                   seeds=(0,), jobs=2, progress=False)\n"
+        "except TypeError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=tmp_path)
+    assert "scheme 'typed': selector Typed() is defined in an interactive __main__" in out.stdout, out.stderr
+    assert "or run with jobs=1" in out.stdout

@@ -48,7 +48,8 @@ def test_the_readme_plugin_works_as_a_plain_file(tmp_path, unload, capsys):
     plugin.write_text(_readme_plugin())
     assert main(["list", "--plugin", str(plugin)]) == 0
     listed = capsys.readouterr().out
-    assert re.search(r"largest-loss +Train the n clients whose loss [^\n]*\n +plugin: file\s+\S*my_selector\.py\n", listed)
+    assert re.search(r"largest-loss +Train the n clients whose loss [^\n]*\n +plugin: file\s+\S*my_selector\.py\n",
+                     listed)
     from fedselect.data.partition import PARTITIONS
 
     assert "partitions: " + ", ".join(PARTITIONS) + "\n" in listed  # from the registry of partition schemes
