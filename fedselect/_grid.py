@@ -277,7 +277,10 @@ def _mp_context() -> Any:
         ctx = mp.get_context("forkserver")
         # The server imports these once; each worker is a fork of it. "__main__" keeps the default's behaviour
         # (classes of the user's script unpickle in the workers).
-        ctx.set_forkserver_preload(["__main__", "fedselect.compare", "fedselect.simulation.trainer"])
+        from .plugins import DEFAULT_PLUGINS
+
+        ctx.set_forkserver_preload(["__main__", "fedselect.compare", "fedselect.simulation.trainer", "fedselect.data",
+                                    *DEFAULT_PLUGINS])
         return ctx
     return mp.get_context("spawn")
 
