@@ -42,6 +42,34 @@ SCHEMES = {"random": ("random", {}), "round-robin": ("round-robin", {}),
 FEDERATION = {"dataset": "digits", "partition": "shards", "shards_per_client": 2, "n_clients": 20}
 
 
+def _spin(n: int) -> int:
+    x = 0
+    for i in range(n):
+        x ^= i
+    return x
+
+
+def _capacity(jobs: int, ctx, n: int = 20_000_000) -> tuple[float, float, float]:
+    """How many cores this session gets right now: (1 busy process's wall time, ``jobs`` processes', ratio).
+
+    Each process runs the same pure-Python loop; on an idle machine ``jobs`` of them take as long as
+    one (ratio ``jobs``). On a loaded machine with the kernel's per-session fair scheduling
+    (``/proc/sys/kernel/sched_autogroup_enabled``), this session's processes share one session's
+    slice, and the ratio says how much parallelism there was to gain.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=ctx) as ex:
+        list(ex.map(abs, range(jobs)))  # started before timing
+        start = time.perf_counter()
+        list(ex.map(_spin, [n]))
+        one = time.perf_counter() - start
+        start = time.perf_counter()
+        list(ex.map(_spin, [n] * jobs))
+        many = time.perf_counter() - start
+    return one, many, jobs * one / many
+
+
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min)"
@@ -81,20 +109,30 @@ def main() -> None:
         startup = time.perf_counter() - start
         print(f"worker start-up (once per process: forkserver with torch and fedselect imported, "
               f"{args.jobs} workers): {startup:.1f} s")
-        serial_t, parallel_t = [], []
+        serial_t, parallel_t, capacity = [], [], []
         for rep in range(args.reps):
+            one, many, cap = _capacity(args.jobs, _grid._mp_context())
             ts, hs = grid(Path(tmp) / f"serial{rep}", 1)
             tp, hp = grid(Path(tmp) / f"parallel{rep}", args.jobs)
             serial_t.append(ts)
             parallel_t.append(tp)
+            capacity.append(cap)
             print(f"rep {rep}: serial {ts:.1f} s, jobs={args.jobs} {tp:.1f} s, ratio {ts / tp:.2f}, "
-                  f"histories equal: {hs == hp}  (load now {_load()})")
+                  f"histories equal: {hs == hp}; capacity probe: 1 busy loop {one:.2f} s, {args.jobs} at once "
+                  f"{many:.2f} s, {cap:.2f} cores available  (load now {_load()})")
     ms, mp = statistics.median(serial_t), statistics.median(parallel_t)
-    print(f"median: serial {ms:.1f} s, jobs={args.jobs} {mp:.1f} s: speed-up {ms / mp:.2f}x "
-          f"(ideal on an idle machine: {min(args.jobs, _grid.cores())}x)")
+    cap = statistics.median(capacity)
+    print(f"median: serial {ms:.1f} s, jobs={args.jobs} {mp:.1f} s: speed-up {ms / mp:.2f}x; the capacity probe "
+          f"found {cap:.2f} of {min(args.jobs, _grid.cores())} cores' parallelism available, so the grid reached "
+          f"{ms / mp / cap:.0%} of what the machine offered (ideal on an idle machine: "
+          f"{min(args.jobs, _grid.cores())}x)")
     print(f"load average after: {_load()}")
+    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if autogroup.exists() and autogroup.read_text().strip() == "1":
+        print("The kernel shares the CPU between sessions (sched_autogroup_enabled = 1): with other sessions busy, "
+              "this session's processes split one session's share, so more processes gain little.")
     print("The machine is shared with other work: the load average above counts processes wanting a core, and "
-          "with more of them than cores the ratio is a lower bound on an idle machine's.")
+          "with more of them than cores the speed-up is a lower bound on an idle machine's.")
 
 
 if __name__ == "__main__":

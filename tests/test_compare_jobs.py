@@ -89,8 +89,9 @@ def test_a_parallel_grid_resumes_like_a_serial_one(serial, tmp_path):
     _compare(tmp_path, jobs=2)
     (tmp_path / "runs" / "poc__seed1.json").unlink()
     notes = []
-    comp = _compare(tmp_path, jobs=2, notes=notes)
+    comp = _compare(tmp_path, jobs=2, notes=notes, progress=True)  # stderr is no terminal here: lines, no bars
     assert "resuming: 3 finished run(s) loaded, 1 to run" in notes
+    assert [n.split(":")[0] for n in notes[1:]] == ["[1/1] poc seed 1"]  # one line per finished run of the grid
     assert comp.histories == comp1.histories
 
 
