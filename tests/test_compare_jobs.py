@@ -269,6 +269,11 @@ def test_ray_tasks_give_the_serial_histories_and_files(serial, local_ray, tmp_pa
     assert comp.histories == comp1.histories
     assert _files(tmp_path) == _files(out1)
     assert local_ray.is_initialized()  # an instance the caller started is left running
+    bad = _compare(tmp_path / "failed", ray_address="local", schemes={"bad": (Explodes, {"at": 1})})
+    assert bad.failed["bad"][1]["message"] == "run error in round 1"  # recorded, the grid went on
+    assert json.loads((tmp_path / "failed" / "runs" / "bad__seed0.json").read_text())["status"] == "failed"
+    with pytest.raises(OSError, match="environment error in round 1"):
+        _compare(tmp_path / "env", ray_address="local", schemes={"env": (Explodes, {"at": 1, "kind": "environment"})})
 
 
 def test_a_class_of_an_interactive_session_is_refused_by_name(tmp_path):
