@@ -16,7 +16,7 @@ __all__ = ["main"]
 
 _EPILOG = """\
 examples:
-  fedselect compare                                   # a few schemes on digits, ~1 minute
+  fedselect compare                                   # 4 schemes on label-skewed digits, 8 seeds, ~2 minutes
   fedselect compare --selectors random fedcor power-of-choice:d=10 --seeds 0 1 2 3 4
   fedselect compare --dataset fmnist --partition shards --n-clients 100 --rounds 200 --target 0.69
   fedselect reproduce fedcor-fmnist-2spc             # FedCor's Table 1 setting (hours; resumable)
@@ -109,7 +109,8 @@ def _plugin_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-DEFAULT_PRESET = "digits-quick"
+DEFAULT_PRESET = "digits-quick"  # fedselect run's
+COMPARE_PRESET = "digits-skew"  # fedselect compare's: a setting where client selection visibly matters
 
 # Python's defaults where the command line's come from a preset instead: FederatedTrainer's, make_federation's and
 # run_comparison's keyword defaults (kept here so that `--help` needs no torch import; a test checks them against
@@ -129,6 +130,7 @@ PYTHON_DEFAULTS: dict[str, tuple[str, Any]] = {
     "prox_mu": ("FederatedTrainer", 0.0),
     "aggregation": ("FederatedTrainer", "data-size"),
     "dropout": ("FederatedTrainer", 0.0),
+    "momentum": ("FederatedTrainer", 0.0),
     "divergence": ("FederatedTrainer", 10.0),
     "target": ("run_comparison", 0.8),
 }
@@ -222,6 +224,8 @@ def _trainer_args(p: argparse.ArgumentParser, preset: Any) -> None:
     g.add_argument("--lr", type=float, help="local learning rate " + d("lr"))
     g.add_argument("--weight-decay", type=float, help="L2 weight decay of local SGD " + d("weight_decay"))
     g.add_argument("--prox-mu", type=float, help="FedProx proximal coefficient (0 = FedAvg) " + d("prox_mu"))
+    g.add_argument("--momentum", type=float, help="local SGD momentum, in [0, 1); each client's momentum buffer "
+                   "starts empty every round " + d("momentum"))
     g.add_argument("--aggregation", choices=("mean", "data-size"),
                    help="how the chosen clients' updates are averaged: plain mean, or weighted by their numbers "
                    "of samples " + d("aggregation"))
@@ -254,7 +258,7 @@ def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], train
     for attr, key in (("model", "model"), ("clients_per_round", "clients_per_round"), ("rounds", "rounds"),
                       ("batch_size", "batch_size"), ("lr", "lr"), ("weight_decay", "weight_decay"),
                       ("prox_mu", "prox_mu"), ("aggregation", "aggregation"), ("threads", "n_threads"),
-                      ("dropout", "dropout")):
+                      ("dropout", "dropout"), ("momentum", "momentum")):
         v = getattr(args, attr, None)
         if v is not None:
             trainer[key] = v
@@ -456,6 +460,11 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         if missing:
             print(f"note: skipping {', '.join(missing)} (not installed)", file=sys.stderr)
     seeds = tuple(args.seeds) if args.seeds else preset.seeds
+    if args.no_paired:
+        if args.paired is not None:
+            raise ValueError(f"--paired {args.paired!r} and --no-paired contradict each other; give one")
+    elif args.paired is None and "random" in selectors and len(selectors) > 1:
+        args.paired = "random"  # the verdict a newcomer needs: does any scheme beat uniform sampling?
     if args.paired is not None and args.paired not in selectors:
         raise ValueError(f"--paired {args.paired!r} is not one of the schemes compared: {', '.join(selectors)}")
     target = trainer.get("target_accuracy") or preset.target
@@ -503,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .presets import get_preset
 
     default_preset = get_preset(DEFAULT_PRESET)
+    compare_preset = get_preset(COMPARE_PRESET)
     parser.add_argument("--version", action="version", version=f"fedselect {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error (also: FEDSELECT_DEBUG=1)")
@@ -550,9 +560,10 @@ def build_parser() -> argparse.ArgumentParser:
         if cmd == "reproduce":
             p.add_argument("preset", help="preset name, e.g. fedcor-fmnist-2spc")
         else:
-            p.add_argument("--preset", default=DEFAULT_PRESET,
-                           help=f"starting settings, see `fedselect list` (default: {DEFAULT_PRESET})")
-        preset = None if cmd == "reproduce" else default_preset
+            p.add_argument("--preset", default=COMPARE_PRESET,
+                           help=f"starting settings, see `fedselect list` (default: {COMPARE_PRESET}, strong label "
+                           "skew, where the choice of clients matters)")
+        preset = None if cmd == "reproduce" else compare_preset
         p.add_argument("--selectors", nargs="+", metavar="NAME[:P=V,...]",
                        help="schemes as name or label=name:param=value,... (default: the preset's"
                        + (f", for {preset.name}: {' '.join(preset.selectors)})" if preset else ")"))
@@ -581,8 +592,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "results are written here as tasks finish. Needs Ray: pip install \"fedselect[ray]\" "
                        "(default: none, runs stay on this machine)")
         p.add_argument("--paired", metavar="LABEL",
-                       help="also compare every scheme with LABEL seed by seed (Wilcoxon test), into OUT/paired.md "
-                       "(default: no paired comparison)")
+                       help="also compare every scheme with LABEL seed by seed (Wilcoxon test, Holm-adjusted), into "
+                       "OUT/paired.md (default: random, when it is compared with another scheme)")
+        p.add_argument("--no-paired", action="store_true", help="no paired comparison, not even against random "
+                       "(default: off)")
         p.add_argument("--no-progress", action="store_true",
                        help="no progress reports (when stderr is a terminal: bars; otherwise, as in a log file, "
                        "one line per finished run)")

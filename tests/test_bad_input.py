@@ -159,7 +159,7 @@ def _run_fedcor(gp_lr, rounds=6):
 
 
 def test_a_diverging_gp_fit_warns_naming_gp_lr():
-    with pytest.warns(RuntimeWarning, match=r"FedCorSelector: the GP fit of round \d+ .* lower gp_lr=1000000.0"):
+    with pytest.warns(RuntimeWarning, match=r"FedCorSelector: the GP fit of round \d+ .* below the current 1000000.0"):
         _run_fedcor(1e6)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
@@ -167,7 +167,7 @@ def test_a_diverging_gp_fit_warns_naming_gp_lr():
 
 
 def test_a_non_finite_gp_fit_is_an_error_naming_gp_lr():
-    with pytest.raises(FloatingPointError, match=r"GP fit of round \d+ .*diverged .*lower gp_lr=inf"):
+    with pytest.raises(FloatingPointError, match=r"GP fit of round \d+ .*diverged .*gp_lr below the current inf"):
         _run_fedcor(float("inf"))
 
 

@@ -128,3 +128,56 @@ def test_compare_compress_gzips_the_runs_and_a_rerun_reads_them(tmp_path, capsys
     capsys.readouterr()
     assert main(args) == 0
     assert "2 finished run(s) loaded, 0 to run" in capsys.readouterr().err
+
+
+def test_the_default_comparison_is_label_skewed_with_every_scheme_at_its_defaults():
+    from fedselect import make_federation
+    from fedselect.cli import build_parser
+    from fedselect.presets import get_preset
+
+    args = build_parser().parse_args(["compare"])
+    preset = get_preset(args.preset)
+    assert preset.selectors["random"] == ("random", {})
+    # the setting is chosen, not the schemes: no scheme runs with tuned parameters
+    assert all(params == {} for _, params in preset.selectors.values())
+    # enough seeds that Holm-adjusted exact Wilcoxon tests against random can reach p < 0.05
+    n_tests = len(preset.selectors) - 1
+    assert n_tests * 2.0 / 2 ** len(preset.seeds) < 0.05
+    fed = make_federation(random_state=0, **preset.federation)
+    assert (fed.label_histogram() > 0).sum(axis=1).max() <= 2  # strong label skew: one or two digits per client
+
+
+def test_compare_prints_the_paired_verdict_against_random_by_default(tmp_path, capsys):
+    args = ["compare", "--selectors", "random", "round-robin", "--seeds", "0", "1", "--target", "0.3", *SMALL]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "paired by seed against random:" in out and "| round-robin | 2 |" in out
+    assert (tmp_path / "a" / "paired.md").exists()
+    assert main([*args, "--out", str(tmp_path / "b"), "--no-paired"]) == 0
+    assert "paired by seed" not in capsys.readouterr().out
+    assert not (tmp_path / "b" / "paired.md").exists()
+    # only random: nothing to pair with, no empty table
+    assert main(["compare", "--selectors", "random", "--seeds", "0", "--out", str(tmp_path / "c"), *SMALL]) == 0
+    assert "paired by seed" not in capsys.readouterr().out
+
+
+def test_paired_and_no_paired_together_are_refused(tmp_path, capsys):
+    assert main(["compare", "--selectors", "random", "afl", "--seeds", "0", "--paired", "afl", "--no-paired",
+                 "--out", str(tmp_path), *SMALL]) == 2
+    assert "--paired 'afl' and --no-paired contradict each other" in capsys.readouterr().err
+
+
+def test_momentum_option_reaches_the_trainer(tmp_path, capsys):
+    with_m, without = tmp_path / "m.json", tmp_path / "plain.json"
+    assert main(["run", "--selector", "random", "--out", str(with_m), "--momentum", "0.9", *SMALL]) == 0
+    assert main(["run", "--selector", "random", "--out", str(without), *SMALL]) == 0
+    a, b = json.loads(with_m.read_text()), json.loads(without.read_text())
+    # The same clients (random selection does not depend on the model), other models: momentum was used.
+    assert [r["clients"] for r in a["rounds"]] == [r["clients"] for r in b["rounds"]]
+    assert [r["test_loss"] for r in a["rounds"]] != [r["test_loss"] for r in b["rounds"]]
+
+
+def test_momentum_out_of_range_is_refused_before_training(tmp_path, capsys):
+    assert main(["run", "--selector", "random", "--momentum", "1.5", *SMALL]) != 0
+    err = capsys.readouterr().err
+    assert "momentum" in err

@@ -77,8 +77,8 @@ def test_help_says_where_the_cli_defaults_differ_from_python(capsys):
     with pytest.raises(SystemExit):
         main(["compare", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "mean for digits-quick; differs from Python: FederatedTrainer's default is data-size" in out
-    assert "0.85 for digits-quick; differs from Python: run_comparison's target defaults to 0.8" in out
+    assert "mean for digits-skew; differs from Python: FederatedTrainer's default is data-size" in out
+    assert "0.8 for digits-skew" in out
     assert "stop_at_target=False" in out
 
 

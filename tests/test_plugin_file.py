@@ -144,9 +144,9 @@ def test_a_changed_option_gets_its_own_default_folder(tmp_path, monkeypatch):
         _apply_overrides(args, fed, tr)
         return _default_out(args, preset, fed, tr)
 
-    assert folder() == folder("--selectors", "random", "--seeds", "7") == Path("fedselect-results/digits-quick")
-    assert re.fullmatch(r"digits-quick-[0-9a-f]{8}", folder("--lr", "0.1").name)
-    assert len({folder("--lr", "0.1"), folder("--lr", "0.2"), folder("--n-clients", "40"), folder()}) == 4
+    assert folder() == folder("--selectors", "random", "--seeds", "7") == Path("fedselect-results/digits-skew")
+    assert re.fullmatch(r"digits-skew-[0-9a-f]{8}", folder("--lr", "0.2").name)
+    assert len({folder("--lr", "0.2"), folder("--lr", "0.3"), folder("--n-clients", "40"), folder()}) == 4
     args = build_parser().parse_args(["reproduce", "digits-quick"])
     preset = get_preset("digits-quick")
     assert _default_out(args, preset, dict(preset.federation), dict(preset.trainer)).name.startswith("digits-quick")

@@ -24,9 +24,10 @@ Schemes
     client draws its label distribution q_k ~ Dir(alpha * p); client sizes solve a
     quadratic programme. See :func:`dirichlet_qp_partition`.
 
-Adapters for flwr-datasets ``Partitioner`` objects are future work; a plain callable
-``f(y, n_clients, random_state=..., **params)`` can be given to
-:func:`fedselect.data.make_federation` instead.
+A plain callable ``f(y, n_clients, random_state=..., **params)`` can be given to
+:func:`fedselect.data.make_federation` and :meth:`fedselect.data.Federation.from_datasets`
+instead of a name; a Flower Datasets ``Partitioner`` becomes a federation through
+:meth:`fedselect.data.Federation.from_partitioner`.
 """
 
 from __future__ import annotations

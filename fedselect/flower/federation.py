@@ -97,6 +97,14 @@ class FederationClients:
             torch.manual_seed(int(self.seeds[2]))
             module = build_model(self.model, fed.input_shape, fed.n_classes, **self.model_params)
             self._engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
+            if self._engine.buffers:  # only parameters travel as arrays here; buffers would silently stay initial
+                raise NotImplementedError(
+                    f"FederationClients: the model {type(module).__name__} has buffers "
+                    f"({', '.join(self._engine.buffers)}), e.g. batch norm statistics, which these Flower helpers "
+                    "do not send or aggregate; use "
+                    "fedselect.FederatedTrainer (which averages them), or a model without buffers (nn.GroupNorm, "
+                    "nn.LayerNorm, or batch norm with track_running_stats=False)"
+                )
         return self._engine
 
     def _flat(self, arrays: list[np.ndarray]) -> torch.Tensor:

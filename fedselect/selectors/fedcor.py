@@ -478,8 +478,8 @@ class FedCorSelector(BaseSelector):
             result = self._gp.fit(values, weights, iterations=iterations, lr=float(self.gp_lr))
         except RuntimeError as exc:  # linear_operator's NanError / NotPSDError once the embeddings blow up
             raise FloatingPointError(
-                f"FedCorSelector: the GP fit of round {t} ({kind}) diverged ({type(exc).__name__}: {exc}); lower "
-                f"gp_lr={self.gp_lr!r} (the paper uses 0.01) or check the clients' losses"
+                f"FedCorSelector: the GP fit of round {t} ({kind}) diverged ({type(exc).__name__}: {exc}); try "
+                f"a gp_lr below the current {self.gp_lr!r} (the paper's value is 0.01) or check the clients' losses"
             ) from exc
         self.fit_log_.append(FitRecord(int(t), kind, result.iterations, len(records), result.nll, result.seconds))
         self._check_gp_fit(t, kind, result)
@@ -494,14 +494,15 @@ class FedCorSelector(BaseSelector):
         if not np.isfinite(result.nll) or not np.isfinite(self._gp.root.detach().numpy()).all():
             raise FloatingPointError(
                 f"FedCorSelector: the GP fit of round {t} ({kind}) diverged (negative log-likelihood "
-                f"{result.nll}); lower gp_lr={self.gp_lr!r} (the paper uses 0.01) or check the clients' losses"
+                f"{result.nll}); try a gp_lr below the current {self.gp_lr!r} (the paper's value is 0.01) or check "
+                "the clients' losses"
             )
         start = result.initial_nll
         if np.isfinite(start) and result.nll > start + max(1.0, 0.05 * abs(start)):
             warnings.warn(
                 f"FedCorSelector: the GP fit of round {t} ({kind}) ended with a worse negative log-likelihood "
-                f"({result.nll:.4g}) than it started with ({start:.4g}): Adam overshoots; lower gp_lr={self.gp_lr!r} "
-                "(the paper uses 0.01)",
+                f"({result.nll:.4g}) than it started with ({start:.4g}): Adam overshoots on these loss changes; try "
+                f"a gp_lr below the current {self.gp_lr!r} (the paper's value is 0.01)",
                 RuntimeWarning,
                 stacklevel=4,
             )

@@ -2,7 +2,7 @@
 
 from .checkpoint import CheckpointMismatchError, CorruptFileWarning
 from .costs import Costs
-from .engine import Engine, LocalSchedule
+from .engine import Engine, LocalSchedule, aggregate_buffers
 from .history import History, RoundRecord
 from .models import FedCorCNN, FedCorMLP, LogisticRegression, build_model
 from .trainer import DivergenceError, FederatedTrainer, SimulationOracle, lr_at
@@ -21,6 +21,7 @@ __all__ = [
     "LogisticRegression",
     "RoundRecord",
     "SimulationOracle",
+    "aggregate_buffers",
     "build_model",
     "lr_at",
 ]

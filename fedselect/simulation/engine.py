@@ -13,21 +13,131 @@ data with a per-client reduction (``index_add``), never a loop of DataLoaders.
 Minibatches of client k in round t come from ``numpy.random.default_rng([seed, t, k])``,
 so trials and probes never shift the main stream, and one seed gives the same run bit
 for bit.
+
+Models with buffers (batch norm's running statistics) train on the *stateful* path: every
+client carries its own copy of the buffers, stacked like its parameters, and updates them
+in its own forward passes; at each local step the clients are grouped by the length of
+their minibatch, so a padded sample never enters a batch statistic (see :meth:`Engine.train`
+and :func:`aggregate_buffers`). Models without buffers or normalisation layers keep the
+padded path above, unchanged.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
+from torch.nn.modules.batchnorm import _NormBase
 
-__all__ = ["Engine", "LocalSchedule"]
+__all__ = ["LOSSES", "Engine", "LocalSchedule", "aggregate_buffers", "resolve_loss"]
+
+LOSSES = ("cross-entropy", "mse")
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    if targets.is_floating_point():
+        raise ValueError(
+            "loss='cross-entropy' needs integer class labels, but the targets are floats (a regression "
+            "federation?); use loss='mse' or a callable loss(outputs, targets) -> per-sample losses"
+        )
+    return F.cross_entropy(outputs, targets, reduction="none")
+
+
+def _mse(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    if not targets.is_floating_point():
+        raise ValueError(
+            "loss='mse' needs float targets (regression), but the targets are integer class labels; "
+            "cast y to float for a regression, or pass a callable loss (e.g. MSE against one-hot labels)"
+        )
+    if targets.numel() != outputs.numel():
+        raise ValueError(
+            f"loss='mse': the model gives {math.prod(outputs.shape[1:])} outputs per sample but there are "
+            f"{math.prod(targets.shape[1:])} targets per sample; build the model with as many outputs as targets "
+            "(Federation.n_outputs; 1-D float targets need one output)"
+        )
+    d = (outputs - targets.reshape(outputs.shape)) ** 2
+    return d.reshape(d.shape[0], -1).mean(1)
+
+
+def resolve_loss(loss: str | LossFn) -> LossFn:
+    """The per-sample loss function named by ``loss`` (see :class:`Engine`)."""
+    if callable(loss):
+        return loss
+    if loss == "cross-entropy":
+        return _cross_entropy
+    if loss == "mse":
+        return _mse
+    raise ValueError(f"loss={loss!r} is not one of {LOSSES} or a callable loss(outputs, targets) -> per-sample losses")
+
+
+def _check_losses(values: Any, n: int, loss: Any) -> torch.Tensor:
+    if not isinstance(values, torch.Tensor) or tuple(values.shape) != (n,):
+        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        raise ValueError(
+            f"loss={loss!r} must return one loss per sample, a tensor of shape ({n},) for {n} samples "
+            f"(reduction 'none'), got {got}"
+        )
+    return values
+
+
+def aggregate_buffers(
+    buffers: Mapping[str, torch.Tensor], client_buffers: Mapping[str, torch.Tensor], weights: Any
+) -> dict[str, torch.Tensor]:
+    """The global buffers after a round: the weighted mean of the reporting clients' buffers.
+
+    With b the global buffer (e.g. a batch norm running mean or variance), b_k client k's
+    after its local training and a_k the weights the round aggregates parameters with,
+
+    .. math:: b^{t+1} = b^t + \\sum_k \\tilde a_k (b_k - b^t), \\qquad \\tilde a_k = a_k / \\sum_j a_j,
+
+    i.e. the a-weighted mean of the b_k (FedAvg of buffers, as most federated code does;
+    batch norm statistics are not kept local as in FedBN). The weights are normalised so a
+    variance stays a convex combination of variances even when a selection carries
+    unnormalised weights; the trainer's own rules already sum to 1, so then the buffers
+    follow exactly the parameters' rule. Written as a delta, a buffer that no client changed
+    stays bit for bit unchanged. Integer buffers (``num_batches_tracked``) get the rounded
+    weighted mean of the clients' counts; boolean buffers (masks) keep the global value.
+    All-zero weights leave the buffers unchanged.
+
+    Parameters
+    ----------
+    buffers : dict of str to Tensor
+        The global buffers b^t.
+    client_buffers : dict of str to Tensor
+        Each buffer stacked over the reporting clients, shape ``(C, *b.shape)``.
+    weights : array-like of float, shape (C,)
+        The clients' aggregation weights (non-negative).
+
+    Returns
+    -------
+    dict of str to Tensor
+    """
+    w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
+    total = float(w.sum()) if w.numel() else 0.0
+    if not buffers or total <= 0:
+        return dict(buffers)
+    w = w / total
+    out: dict[str, torch.Tensor] = {}
+    for name, b in buffers.items():
+        stacked = client_buffers[name]
+        shape = (-1,) + (1,) * b.dim()
+        if b.dtype == torch.bool:  # a mask: no mean exists; the global one stays
+            out[name] = b
+        elif b.is_floating_point():
+            delta = (w.to(b.dtype).view(shape) * (stacked - b.unsqueeze(0))).sum(0)
+            out[name] = b + delta
+        else:
+            delta = (w.view(shape) * (stacked - b.unsqueeze(0)).double()).sum(0)
+            out[name] = b + torch.round(delta).to(b.dtype)
+    return out
 
 
 @dataclass(frozen=True)
@@ -83,15 +193,57 @@ class Engine:
     Parameters
     ----------
     model : torch.nn.Module
-        The architecture; its parameters are only used as the initial global model.
+        The architecture; its parameters and buffers are only used as the initial global model.
     X, y : ndarray
-        The training pool every client's indices point into.
+        The training pool every client's indices point into. Integer ``y`` are class labels
+        (test accuracy is measured); float ``y`` are regression targets, shape ``(n,)`` or
+        ``(n, d)`` (no accuracy).
     loss_indices : list of ndarray
         Per client, the samples its loss l_k(w) is measured on.
     X_test, y_test : ndarray
         The test split.
     eval_batch : int
         Samples per forward pass when evaluating (bounds memory).
+    loss : {"cross-entropy", "mse"} or callable, default "cross-entropy"
+        The per-sample loss used everywhere a loss is computed: local training (each client
+        minimises its mean over a minibatch), the clients' losses l_k(w) an oracle reports
+        and the test loss. ``"mse"`` is the mean over output dimensions of the squared error
+        (float targets). A callable is called as ``loss(outputs, targets)`` with outputs of
+        shape ``(m, *out)`` and the m matching targets and must return the m per-sample
+        losses (shape ``(m,)``, reduction none); it must be differentiable in ``outputs``
+        and is also called inside the vmapped forward, so it must not call ``.item()``.
+
+    Raises
+    ------
+    ValueError
+        Before any training, when the model cannot run in the batched engine: a batch norm
+        layer with ``momentum=None`` (a cumulative average whose factor is computed in Python
+        from a batched counter), ``SyncBatchNorm``, uninitialised lazy modules, a model whose
+        forward fails under ``torch.func.vmap``, or a loss that does not fit the outputs and
+        targets. The message says what to change.
+
+    Notes
+    -----
+    Buffers (batch norm running statistics, ``num_batches_tracked``) are model state: every
+    training client starts from the global buffers, updates its own copy in each training
+    forward pass (stacked ``(C, ...)`` like the parameters and passed to
+    ``torch.func.functional_call`` under ``vmap``, so batch norm's in-place updates of its
+    running statistics act on each client's own copy), and the server averages them with
+    :func:`aggregate_buffers`. Evaluation runs the model in eval mode with the global
+    buffers, so batch norm normalises by its running statistics.
+
+    Attributes
+    ----------
+    buffers : dict of str to Tensor
+        The model's initial buffers (the global buffers before round 0).
+    stateful : bool
+        True when the model has buffers or normalisation layers that couple the samples of a
+        batch; training then groups clients by minibatch length (see :meth:`train`).
+    min_batch_size : int
+        The smallest minibatch the model can train on: 2 when a batch norm layer cannot
+        normalise a single sample in training mode (``BatchNorm1d`` on flat features), else 1.
+    classification : bool
+        Whether the targets are integer class labels (accuracy is then measured).
     """
 
     def __init__(
@@ -104,19 +256,27 @@ class Engine:
         y_test: np.ndarray,
         *,
         eval_batch: int = 16384,
+        loss: str | LossFn = "cross-entropy",
     ) -> None:
         self.model = model
+        self.loss = loss
+        self._loss_fn = resolve_loss(loss)
+        y_arr = np.asarray(y)
+        self.classification = bool(np.issubdtype(y_arr.dtype, np.integer))
+        ydtype = np.int64 if self.classification else np.float32
         self.X = torch.as_tensor(np.ascontiguousarray(X, dtype=np.float32))
-        self.y = torch.as_tensor(np.asarray(y, dtype=np.int64))
+        self.y = torch.as_tensor(np.asarray(y_arr, dtype=ydtype))
         self.X_test = torch.as_tensor(np.ascontiguousarray(X_test, dtype=np.float32))
-        self.y_test = torch.as_tensor(np.asarray(y_test, dtype=np.int64))
+        self.y_test = torch.as_tensor(np.asarray(y_test, dtype=ydtype))
         self.eval_batch = int(eval_batch)
+        _check_model(model)
         params = dict(model.named_parameters())
         self.names = list(params)
         self.shapes = [p.shape for p in params.values()]
         self.numels = [p.numel() for p in params.values()]
         self.n_params = int(sum(self.numels))
-        self.buffers = {k: v.detach() for k, v in model.named_buffers()}
+        self.buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
+        self.stateful = bool(self.buffers) or any(isinstance(m, _NormBase) for m in model.modules())
         # Evaluation data: every client's loss samples, concatenated in client order, gathered once.
         sizes = np.array([len(ix) for ix in loss_indices], dtype=np.int64)
         self.eval_sizes = sizes
@@ -130,12 +290,88 @@ class Engine:
         # gives each client exactly its own gradient (the clients share no parameters). Measured
         # 14-25 % faster per step than vmap(grad(...)) on FedCor's MLP (benchmarks/bench_engine.py).
         self._forward_all = vmap(self._forward, in_dims=(0, 0), randomness="different")
+        self._forward_state_all = vmap(self._forward_state, in_dims=(0, 0, 0), randomness="different")
         # Models that are a plain chain of Flatten / Linear / ReLU / Dropout (logistic regression,
         # FedCor's MLP) take a hand-batched path with baddbmm, which avoids functorch's per-op
         # dispatch; every other model uses vmap. Both give the same numbers (tests/simulation).
         self._plan = _linear_chain(model, self.names)
         if self._plan is not None:
             self._forward_all = self._forward_chain
+        self.min_batch_size = 1
+        self._probe()
+
+    def _probe(self) -> None:
+        """Run one tiny batched training step and one evaluation now, so a model or loss the
+        engine cannot run fails before any training, with a message saying what to do."""
+        n = min(2, self.X.shape[0])
+        x, y = self.X[:n], self.y[:n]
+        name = type(self.model).__name__
+        was_training = self.model.training
+        with torch.random.fork_rng(devices=[]):  # the probe draws no number the run would see
+            try:
+                flat = self.initial_parameters()
+                p = flat.repeat(2, 1).requires_grad_(True)
+                self.model.train()
+                try:
+                    if self.stateful:
+                        bufs = {k: v.unsqueeze(0).repeat(2, *([1] * v.dim())) for k, v in self.buffers.items()}
+                        out = self._forward_state_all(p, bufs, x.expand(2, *x.shape))
+                    else:
+                        out = self._forward_all(p, x.expand(2, *x.shape))
+                    self.model.eval()
+                    out_eval = self._forward(flat, x)
+                except (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError) as exc:
+                    raise ValueError(self._unsupported(name, exc)) from exc
+                try:
+                    self._losses(out.flatten(0, 1), y.expand(2, *y.shape).flatten(0, 1)).sum().backward()
+                    self._losses(out_eval, y)
+                except ValueError as exc:
+                    if "loss=" in str(exc):
+                        raise
+                    raise ValueError(self._loss_failed(out_eval, y, exc)) from exc
+                except (RuntimeError, TypeError, IndexError) as exc:
+                    raise ValueError(self._loss_failed(out_eval, y, exc)) from exc
+            finally:
+                self.model.train(was_training)
+            if self.stateful:
+                self.model.train()
+                try:
+                    bufs = {k: v.unsqueeze(0).clone() for k, v in self.buffers.items()}
+                    self._forward_state_all(flat.unsqueeze(0), bufs, x[:1].unsqueeze(0))
+                except ValueError as exc:
+                    if "more than 1 value per channel" not in str(exc):
+                        raise ValueError(self._unsupported(name, exc)) from exc
+                    self.min_batch_size = 2
+                finally:
+                    self.model.train(was_training)
+
+    def _loss_failed(self, outputs: torch.Tensor, targets: torch.Tensor, exc: BaseException) -> str:
+        return (
+            f"loss={self.loss!r} failed on the model's outputs (shape {tuple(outputs.shape)}, {outputs.dtype}) and "
+            f"the targets (shape {tuple(targets.shape)}, {targets.dtype}): {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}. A loss is called as "
+            "loss(outputs, targets) and returns one differentiable loss per sample; check that the model has as many "
+            "outputs as the loss expects (Federation.n_outputs)"
+        )
+
+    def _unsupported(self, name: str, exc: BaseException) -> str:
+        return (
+            f"the model {name} cannot be trained by fedselect's batched engine ({type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}). The engine runs the model's forward "
+            "pass for all chosen clients at once under torch.func.vmap with torch.func.functional_call, so the "
+            "forward must be a function of its parameters, buffers and input: no .item() or float(tensor) on "
+            "activations, no data-dependent Python branches, no in-place changes to module attributes other than "
+            "buffers. Batch norm is supported (with a float momentum); other stateful layers are not. Check that "
+            "the model maps a batch of the federation's inputs (shape (batch, *input_shape)) to outputs the loss "
+            "accepts"
+        )
+
+    def _losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Per-sample losses; a user's loss is checked to return one value per sample."""
+        values = self._loss_fn(outputs, targets)
+        if isinstance(self.loss, str):
+            return values
+        return _check_losses(values, outputs.shape[0], self.loss)
 
     # -- parameters -----------------------------------------------------------------
     def initial_parameters(self) -> torch.Tensor:
@@ -164,8 +400,13 @@ class Engine:
                 h = F.dropout(h, arg, training=self.model.training)
         return h
 
-    def _forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.model, (self.unflatten(flat), self.buffers), (x,))
+    def _forward(self, flat: torch.Tensor, x: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None
+                 ) -> torch.Tensor:
+        return functional_call(self.model, (self.unflatten(flat), self.buffers if buffers is None else buffers), (x,))
+
+    def _forward_state(self, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        # one client's forward with its own buffers; batch norm updates them in place (under vmap: its copy)
+        return functional_call(self.model, (self.unflatten(flat), buffers), (x,))
 
     # -- training -------------------------------------------------------------------
     def client_batches(
@@ -190,9 +431,22 @@ class Engine:
         lr: float,
         weight_decay: float = 0.0,
         prox_mu: float = 0.0,
+        momentum: float = 0.0,
+        nesterov: bool = False,
         dropout_seed: int | None = None,
-    ) -> torch.Tensor:
+        buffers: Mapping[str, torch.Tensor] | None = None,
+        return_buffers: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Train every client from ``theta`` on its own minibatches, all at once.
+
+        Each client runs local SGD from w^t. With g the gradient of its mean minibatch loss,
+        one step is ``d = g + weight_decay * w + prox_mu * (w - w^t)``; with momentum m > 0,
+        ``v = m v + d`` (v = d at the client's first step of the round) and
+        ``d = v`` (or ``d + m v`` with Nesterov); then ``w = w - lr d``. This is exactly
+        ``torch.optim.SGD(lr, momentum, weight_decay, nesterov)`` with dampening 0 on the
+        loss plus FedProx's term. The momentum buffer v is local: it starts empty in every
+        call, i.e. every client resets it at the start of each round (the common reading of
+        FedAvg with momentum SGD; a server-side momentum across rounds is not built here).
 
         Parameters
         ----------
@@ -203,17 +457,44 @@ class Engine:
         lr, weight_decay, prox_mu : float
             SGD step size, L2 weight decay added to the gradient (as ``torch.optim.SGD``
             does) and FedProx's proximal coefficient mu (gradient ``mu (w - w^t)``).
+        momentum : float, default 0.0
+            Local heavy-ball momentum m (0: plain SGD, computed exactly as before the option).
+        nesterov : bool, default False
+            Nesterov momentum (needs ``momentum > 0``).
         dropout_seed : int, optional
             Seeds torch's generator for dropout masks so a run is reproducible.
+        buffers : dict of str to Tensor, optional
+            The global buffers every client starts from (default: the model's initial
+            buffers, :attr:`buffers`). Only used by stateful models.
+        return_buffers : bool, default False
+            Also return each client's buffers after its local training.
 
         Returns
         -------
-        Tensor, shape (C, D)
+        deltas : Tensor, shape (C, D)
             The local updates w_k - w^t.
+        client_buffers : dict of str to Tensor, each of shape (C, ...)
+            Only with ``return_buffers``: each client's buffers after training (the
+            starting buffers, stacked, for a model without batch statistics).
+
+        Notes
+        -----
+        Stateless models (no buffers, no normalisation layers) pad every client's minibatch
+        to the longest one of the step and give padded samples weight 0 in the client's mean
+        loss. A stateful model cannot be padded (a padded sample would enter batch norm's
+        batch mean and variance), so at each step the clients are grouped by the length of
+        their minibatch and each group is one vmapped forward pass; a client with no step
+        left runs no forward pass, so its buffers do not move either. With ``local_steps``
+        every client's batches have one length and there is one group per step; with local
+        epochs over unequal clients, a step costs one forward pass per distinct length.
         """
         C = len(batches)
+        start = self.buffers if buffers is None else buffers
         if C == 0:
-            return theta.new_zeros((0, theta.numel()))
+            empty = theta.new_zeros((0, theta.numel()))
+            return (empty, {k: v.unsqueeze(0)[:0] for k, v in start.items()}) if return_buffers else empty
+        if nesterov and not momentum:
+            raise ValueError("Engine.train: nesterov=True needs momentum > 0")
         steps = [len(b) for b in batches]
         S = max(steps)
         B = max(len(x) for bs in batches for x in bs)
@@ -229,6 +510,9 @@ class Engine:
         denom = mask_t.sum(2).clamp_min(1.0)  # (S, C): each client's mean over its real samples
         params = theta.detach().unsqueeze(0).repeat(C, 1)
         anchor = theta.detach().unsqueeze(0)
+        bufs = {k: v.detach().unsqueeze(0).repeat(C, *([1] * v.dim())) for k, v in start.items()}
+        lengths = mask.sum(axis=2).astype(np.int64)  # (S, C)
+        velocity: torch.Tensor | None = None
         was_training = self.model.training
         self.model.train()
         if dropout_seed is not None:
@@ -237,39 +521,78 @@ class Engine:
             for s in range(S):
                 ix = idx_t[s]
                 p = params.requires_grad_(True)
-                out = self._forward_all(p, self.X[ix])  # (C, B, classes)
-                losses = F.cross_entropy(out.flatten(0, 1), self.y[ix].flatten(), reduction="none").view(C, B)
-                (g,) = torch.autograd.grad(((losses * mask_t[s]).sum(1) / denom[s]).sum(), p)
+                if self.stateful:
+                    objective = self._grouped_objective(p, bufs, ix, lengths[s])
+                else:
+                    out = self._forward_all(p, self.X[ix])  # (C, B, classes)
+                    losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(C, B)
+                    objective = ((losses * mask_t[s]).sum(1) / denom[s]).sum()
+                (g,) = torch.autograd.grad(objective, p)
                 with torch.no_grad():
                     if weight_decay:
                         g = g + weight_decay * params
                     if prox_mu:
                         g = g + prox_mu * (params - anchor)
+                    if momentum:
+                        velocity = g if velocity is None else momentum * velocity + g
+                        g = g + momentum * velocity if nesterov else velocity
                     params = params.detach() - lr * active[s].unsqueeze(1) * g
         finally:
             self.model.train(was_training)
-        return (params - anchor).detach()
+        deltas = (params - anchor).detach()
+        return (deltas, bufs) if return_buffers else deltas
+
+    def _grouped_objective(
+        self, p: torch.Tensor, bufs: dict[str, torch.Tensor], ix: torch.Tensor, lengths: np.ndarray
+    ) -> torch.Tensor:
+        """Sum over clients of their mean minibatch loss, one vmapped forward per minibatch length.
+
+        Updates ``bufs`` (stacked per client) in place with each group's new buffers.
+        """
+        total = p.new_zeros(())
+        for b in np.unique(lengths[lengths > 0]):
+            rows = np.flatnonzero(lengths == b)
+            g = torch.from_numpy(rows)
+            sub = {k: v[g] for k, v in bufs.items()}  # copies: the forward updates them in place
+            xi = ix[g, : int(b)]
+            out = self._forward_state_all(p[g], sub, self.X[xi])
+            losses = self._losses(out.flatten(0, 1), self.y[xi].flatten(0, 1)).view(rows.size, int(b))
+            total = total + losses.mean(1).sum()
+            for k, v in sub.items():
+                bufs[k][g] = v
+        return total
 
     # -- evaluation -----------------------------------------------------------------
     @torch.no_grad()
-    def _per_sample(self, flat: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _per_sample(
+        self, flat: torch.Tensor, X: torch.Tensor, y: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         was_training = self.model.training
         self.model.eval()
         try:
             losses, correct = [], []
             for i in range(0, X.shape[0], self.eval_batch):
-                out = self._forward(flat, X[i : i + self.eval_batch])
+                out = self._forward(flat, X[i : i + self.eval_batch], buffers)
                 yy = y[i : i + self.eval_batch]
-                losses.append(F.cross_entropy(out, yy, reduction="none"))
-                correct.append(out.argmax(1) == yy)
-            return torch.cat(losses), torch.cat(correct)
+                losses.append(self._losses(out, yy))
+                if self.classification:
+                    correct.append(out.argmax(1) == yy)
+            return torch.cat(losses), (torch.cat(correct) if self.classification else None)
         finally:
             self.model.train(was_training)
 
-    def client_losses(self, flat: torch.Tensor, clients: np.ndarray | None = None) -> np.ndarray:
-        """l_k(flat) for every client (or for ``clients``): one pass with a per-client reduction."""
+    def client_losses(
+        self,
+        flat: torch.Tensor,
+        clients: np.ndarray | None = None,
+        buffers: Mapping[str, torch.Tensor] | None = None,
+    ) -> np.ndarray:
+        """l_k(flat) for every client (or for ``clients``): one pass with a per-client reduction.
+
+        ``buffers`` are the global buffers to evaluate with (default: the initial ones).
+        """
         if clients is None:
-            losses, _ = self._per_sample(flat, self.X_eval, self.y_eval)
+            losses, _ = self._per_sample(flat, self.X_eval, self.y_eval, buffers)
             sums = torch.zeros(len(self.eval_sizes), dtype=torch.float64).index_add_(
                 0, self.eval_owner, losses.double()
             )
@@ -280,14 +603,39 @@ class Engine:
         rows = np.concatenate([np.arange(self.eval_offsets[k], self.eval_offsets[k + 1]) for k in clients])
         owner = torch.from_numpy(np.repeat(np.arange(clients.size), self.eval_sizes[clients]))
         rows_t = torch.from_numpy(rows)
-        losses, _ = self._per_sample(flat, self.X_eval[rows_t], self.y_eval[rows_t])
+        losses, _ = self._per_sample(flat, self.X_eval[rows_t], self.y_eval[rows_t], buffers)
         sums = torch.zeros(clients.size, dtype=torch.float64).index_add_(0, owner, losses.double())
         return (sums / torch.from_numpy(self.eval_sizes[clients]).double()).numpy()
 
-    def test(self, flat: torch.Tensor) -> tuple[float, float]:
-        """(test loss, test accuracy) of ``flat``."""
-        losses, correct = self._per_sample(flat, self.X_test, self.y_test)
-        return float(losses.double().mean()), float(correct.double().mean())
+    def test(self, flat: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None) -> tuple[float, float | None]:
+        """(test loss, test accuracy) of ``flat`` (with ``buffers``); the accuracy is None for float targets."""
+        losses, correct = self._per_sample(flat, self.X_test, self.y_test, buffers)
+        return float(losses.double().mean()), (None if correct is None else float(correct.double().mean()))
+
+
+def _check_model(model: nn.Module) -> None:
+    """Layers the batched engine cannot train, refused with what to do instead."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    for name, m in model.named_modules():
+        where = f"layer {name!r} ({type(m).__name__})" if name else type(m).__name__
+        if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params():
+            raise ValueError(
+                f"the model's {where} is a lazy module whose parameters are not initialised yet; run one forward pass "
+                "on a batch of inputs (model(torch.zeros(2, *input_shape))) before passing the model"
+            )
+        if isinstance(m, nn.SyncBatchNorm):
+            raise ValueError(
+                f"the model's {where} needs a distributed process group; use nn.BatchNorm1d/2d/3d instead "
+                "(each simulated client keeps its own running statistics)"
+            )
+        if isinstance(m, _NormBase) and m.track_running_stats and m.momentum is None:
+            raise ValueError(
+                f"the model's {where} has momentum=None (a cumulative moving average, whose factor "
+                "1/num_batches_tracked torch computes in Python from a per-client counter, which vmap cannot "
+                "batch); give it a float momentum, e.g. momentum=0.1 (torch's default), or "
+                "track_running_stats=False"
+            )
 
 
 def _linear_chain(model: nn.Module, names: list[str]) -> list[tuple[str, object]] | None:

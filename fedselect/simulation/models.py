@@ -20,8 +20,8 @@ def _check_shape(input_shape: Sequence[int], n_classes: int, who: str) -> tuple[
     shape = tuple(int(s) for s in input_shape)
     if not shape or any(s <= 0 for s in shape):
         raise ValueError(f"{who}: input_shape={input_shape!r} must be a non-empty tuple of positive sizes")
-    if int(n_classes) < 2:
-        raise ValueError(f"{who}: n_classes={n_classes!r} must be at least 2")
+    if int(n_classes) < 1:  # 1 output serves a regression with one target
+        raise ValueError(f"{who}: n_classes={n_classes!r} (the number of outputs) must be at least 1")
     return shape
 
 

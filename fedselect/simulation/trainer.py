@@ -35,7 +35,7 @@ from .checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from .engine import Engine, LocalSchedule
+from .engine import LOSSES, Engine, LocalSchedule, aggregate_buffers
 from .history import History, RoundRecord
 from .models import build_model
 
@@ -62,6 +62,8 @@ CHECKPOINT_FILE = "checkpoint.pkl"
 _CHECKPOINT_FORMAT = 1
 # Parameters that do not change a run's numbers: a checkpoint may be resumed with other values.
 _NOT_FINGERPRINTED = ("progress", "n_threads", "callback", "checkpoint_dir", "checkpoint_every", "divergence")
+# Options added after checkpoints existed: left out of the fingerprint at their defaults, so old checkpoints resume.
+_LATER_DEFAULTS: dict[str, Any] = {"loss": "cross-entropy", "momentum": 0.0, "nesterov": False}
 
 
 class DivergenceError(FloatingPointError):
@@ -132,8 +134,12 @@ class SimulationOracle(ClientOracle):
         Local work per client.
     train_seed : int
         Seeds the minibatch streams ``(train_seed, round, k)``.
-    weight_decay, prox_mu : float
+    weight_decay, prox_mu, momentum : float
         As in :class:`FederatedTrainer`.
+    nesterov : bool
+        As in :class:`FederatedTrainer`.
+    buffers : dict of str to Tensor, optional
+        The global model's buffers at w^t (batch norm statistics); None for a model without.
     aggregation_weights : callable
         Maps a validated :class:`~fedselect.Selection` to the weights the round's rule
         gives its clients (used by :meth:`trial`).
@@ -153,6 +159,9 @@ class SimulationOracle(ClientOracle):
         train_seed: int,
         weight_decay: float = 0.0,
         prox_mu: float = 0.0,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        buffers: Mapping[str, torch.Tensor] | None = None,
         aggregation_weights: Callable[[Selection], np.ndarray],
         dropout_seed: Callable[[str], int],
     ) -> None:
@@ -167,6 +176,10 @@ class SimulationOracle(ClientOracle):
         self._train_seed = int(train_seed)
         self._weight_decay = weight_decay
         self._prox_mu = prox_mu
+        self._momentum = momentum
+        self._nesterov = nesterov
+        self._buffers = buffers
+        self._client_buffers: dict[int, dict[str, torch.Tensor]] = {}  # each trained client's buffers
         self._aggregation_weights = aggregation_weights
         self._dropout_seed = dropout_seed
 
@@ -179,14 +192,20 @@ class SimulationOracle(ClientOracle):
     def _train(self, ids: np.ndarray, *, purpose: str) -> torch.Tensor:
         """Train ``ids`` from w^t (all at once), charge it and keep the updates in the ledger."""
         batches = self._engine.client_batches(self._client_indices, self._schedule, self._train_seed, self.round, ids)
-        deltas = self._engine.train(
+        deltas, bufs = self._engine.train(
             self._theta,
             batches,
             lr=self._lr,
             weight_decay=self._weight_decay,
             prox_mu=self._prox_mu,
+            momentum=self._momentum,
+            nesterov=self._nesterov,
             dropout_seed=self._dropout_seed(purpose),
+            buffers=self._buffers,
+            return_buffers=True,
         )
+        for i, k in enumerate(ids.tolist()):
+            self._client_buffers[int(k)] = {name: b[i] for name, b in bufs.items()}
         bad = ~torch.isfinite(deltas).all(dim=1)
         if bool(bad.any()):  # NaN means "did not answer" to a selector: a diverged update must not pass as one
             raise FloatingPointError(
@@ -207,8 +226,15 @@ class SimulationOracle(ClientOracle):
             return
         eng = self._engine
         everyone = ids.size == self.n_clients
-        values = eng.client_losses(self._theta, None if everyone else ids)
+        values = eng.client_losses(self._theta, None if everyone else ids, self._buffers)
         self.ledger.record_losses(ids, values, samples_evaluated=int(eng.eval_sizes[ids].sum()))
+
+    def buffers_of(self, ids: np.ndarray) -> dict[str, torch.Tensor]:
+        """The buffers of trained clients ``ids`` after their local training, stacked per buffer."""
+        names = self._engine.buffers
+        if not len(ids):
+            return {k: v.unsqueeze(0)[:0] for k, v in names.items()}
+        return {k: torch.stack([self._client_buffers[int(c)][k] for c in ids]) for k in names}
 
     def _updates_of(self, ids: np.ndarray) -> torch.Tensor:
         if not ids.size:
@@ -238,10 +264,13 @@ class SimulationOracle(ClientOracle):
         led.upload(alive)
         w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
         theta_trial = self._theta + (torch.from_numpy(w).float().unsqueeze(1) * self._updates_of(alive)).sum(0)
+        buffers_trial = None
+        if self._buffers is not None:
+            buffers_trial = aggregate_buffers(self._buffers, self.buffers_of(alive), w)
         # The trial model goes down to every client; those who answer send one scalar back.
         answering = np.array(sorted(set(range(self.n_clients)) - led.failed), dtype=np.int64)
         eng = self._engine
-        after = eng.client_losses(theta_trial, None)
+        after = eng.client_losses(theta_trial, None, buffers_trial)
         led.record_trial(answering.size, samples_evaluated=int(eng.eval_sizes[answering].sum()),
                          n_sent=self.n_clients - len(led.known_failed))
         led.contacted(np.arange(self.n_clients))
@@ -329,10 +358,31 @@ class FederatedTrainer(BaseEstimator):
         :func:`fedselect.plugins.resolve_selector`); None means uniform random. ``fit``
         trains a new object built from it (a clone of an instance), never the given one.
         ``set_params(selector__d=10)`` works for every form (see :meth:`set_params`).
-    model : str or torch.nn.Module, default "mlp"
-        A registered model name (``"logistic"``, ``"mlp"``, ``"cnn"``) or a module.
+    model : str, torch.nn.Module or callable, default "mlp"
+        A registered model name (``"logistic"``, ``"mlp"``, ``"cnn"``), a module, or a
+        builder ``model(input_shape, n_outputs, **model_params) -> nn.Module`` (e.g. a module
+        class with that signature). A name or builder is built under ``random_state``. A
+        module is used as given: its current parameters and buffers are w^0 (it may be
+        pretrained), ``random_state`` does not re-initialise it, and ``fit`` never changes it
+        (training is functional; ``parameters_`` and ``buffers_`` hold the result). To have
+        ``random_state`` seed your own architecture, pass its builder instead of an instance.
+        ``n_outputs`` is the federation's number of classes, or its number of regression
+        targets (:attr:`~fedselect.data.Federation.n_outputs`). Batch norm layers are
+        supported: see Notes.
     model_params : dict, optional
         Passed to the model builder (e.g. ``{"dropout": 0.5}``).
+    loss : {"cross-entropy", "mse"} or callable, default "cross-entropy"
+        The per-sample loss used wherever a loss is computed: local training, the losses
+        l_k(w) that selectors see (``oracle.losses``, ``oracle.trial``, ``RoundFeedback.losses``,
+        so loss-based schemes such as power-of-choice, AFL and FedCor rank clients by it),
+        ``track_global_loss`` and the test loss. ``"cross-entropy"`` needs integer labels;
+        ``"mse"`` (mean over outputs of the squared error) needs float targets, i.e. a
+        regression federation, for which no accuracy exists: ``test_accuracy`` is recorded
+        as None and ``target_accuracy`` must be None. A callable ``loss(outputs, targets)``
+        receives the model's outputs ``(m, *out)`` and the m targets and returns the m
+        per-sample losses, shape ``(m,)`` (reduction none; the engine takes each client's
+        mean); it must be differentiable in the outputs and must not call ``.item()`` (it runs
+        inside the vmapped training step). With integer targets the accuracy is the argmax's.
     clients_per_round : int, default 5
         C, the number of clients asked for each round.
     rounds : int, default 100
@@ -342,7 +392,15 @@ class FederatedTrainer(BaseEstimator):
         client's data (partial last batch). Exactly one may be set; default 1 epoch.
     batch_size : int, default 32
     lr : float, default 0.05
-        Local SGD learning rate (no momentum).
+        Local SGD learning rate.
+    momentum : float, default 0.0
+        Local SGD momentum m in [0, 1) (heavy ball, dampening 0, as ``torch.optim.SGD``).
+        Each chosen client starts the round with an empty momentum buffer, so momentum acts
+        within a client's local steps of one round only (the common reading in federated
+        code; a server-side momentum across rounds, as in FedAvgM, is not built in). 0 is
+        plain SGD, computed exactly as without the option.
+    nesterov : bool, default False
+        Nesterov momentum (needs ``momentum > 0``).
     lr_schedule : None, "fedcor", mapping or callable
         See :func:`lr_at`.
     weight_decay : float, default 0.0
@@ -361,7 +419,8 @@ class FederatedTrainer(BaseEstimator):
     track_global_loss : bool, default False
         Record sum_k p_k l_k(w^{t+1}) each evaluated round (bookkeeping, not charged).
     random_state : int or None
-        Seeds the model initialisation, the minibatch streams, dropout, and any selector
+        Seeds the model initialisation (of a model given by name or builder; a module instance
+        is used as given), the minibatch streams, dropout, and any selector
         whose own random_state is None: one seed gives the same run bit for bit on one
         machine (another CPU may round torch kernels differently, and model-dependent
         selectors then diverge).
@@ -425,8 +484,26 @@ class FederatedTrainer(BaseEstimator):
         The fitted clone of ``selector``.
     parameters_ : ndarray
         The final global model, flattened.
+    buffers_ : dict of str to ndarray
+        The final global buffers (batch norm running statistics), by name; empty for a model
+        without buffers.
     resumed_from_ : int
         The round this call started from: 0, or the round after the checkpoint it resumed.
+
+    Notes
+    -----
+    Batch norm: each chosen client trains its own copy of the model's buffers (running mean
+    and variance, ``num_batches_tracked``) along with its parameters, from the global
+    buffers, inside the batched step; the server then sets the global buffers to the
+    weighted mean of the reporting clients' buffers, with the weights it aggregates the
+    parameters with, normalised to sum 1 (FedAvg of buffers, as most federated code does,
+    not FedBN's local statistics; see :func:`fedselect.simulation.engine.aggregate_buffers`).
+    ``num_batches_tracked`` becomes the rounded weighted mean of the clients' counts. Trials
+    (``oracle.trial``) aggregate buffers the same way. Evaluation runs in eval mode with the
+    global buffers. A batch norm layer needs a float ``momentum`` (``momentum=None`` is
+    refused before training), and a layer that cannot normalise a single sample
+    (``BatchNorm1d`` on flat features) makes ``fit`` refuse, before training, a schedule that
+    would give some client a one-sample minibatch, naming the clients and what to change.
 
     Examples
     --------
@@ -441,14 +518,17 @@ class FederatedTrainer(BaseEstimator):
         self,
         *,
         selector: BaseSelector | str | None = None,
-        model: str | torch.nn.Module = "mlp",
+        model: str | torch.nn.Module | Callable[..., torch.nn.Module] = "mlp",
         model_params: Mapping[str, Any] | None = None,
+        loss: str | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = "cross-entropy",
         clients_per_round: int = 5,
         rounds: int = 100,
         local_steps: int | None = None,
         local_epochs: int | None = None,
         batch_size: int = 32,
         lr: float = 0.05,
+        momentum: float = 0.0,
+        nesterov: bool = False,
         lr_schedule: Any = None,
         weight_decay: float = 0.0,
         aggregation: str = "data-size",
@@ -471,12 +551,15 @@ class FederatedTrainer(BaseEstimator):
         self.selector = selector
         self.model = model
         self.model_params = model_params
+        self.loss = loss
         self.clients_per_round = clients_per_round
         self.rounds = rounds
         self.local_steps = local_steps
         self.local_epochs = local_epochs
         self.batch_size = batch_size
         self.lr = lr
+        self.momentum = momentum
+        self.nesterov = nesterov
         self.lr_schedule = lr_schedule
         self.weight_decay = weight_decay
         self.aggregation = aggregation
@@ -501,14 +584,18 @@ class FederatedTrainer(BaseEstimator):
     # all before anything is built, and the tests generate invalid values for each one.
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         "selector": [None, _SelectorSpecs()],
-        "model": [InstanceOf(str, "a registered model name"), InstanceOf(torch.nn.Module, "a torch.nn.Module")],
+        "model": [InstanceOf(str, "a registered model name"), InstanceOf(torch.nn.Module, "a torch.nn.Module"),
+                  callable],
         "model_params": [None, InstanceOf(Mapping, "a mapping of keyword arguments")],
+        "loss": [StrOptions(LOSSES), callable],
         "clients_per_round": [Interval(Integral, 1, None, closed="left")],
         "rounds": [Interval(Integral, 1, None, closed="left")],
         "local_steps": [None, Interval(Integral, 1, None, closed="left")],
         "local_epochs": [None, Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "lr": [Interval(Real, 0, None, closed="neither")],
+        "momentum": [Interval(Real, 0, 1, closed="left")],
+        "nesterov": ["boolean"],
         "lr_schedule": [None, StrOptions(("fedcor",)), InstanceOf(Mapping, "a {round: factor} mapping"), callable],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "aggregation": [StrOptions(_AGGREGATIONS)],
@@ -552,6 +639,13 @@ class FederatedTrainer(BaseEstimator):
         )
         if self.local_steps is not None and self.local_epochs is not None:
             raise ValueError("FederatedTrainer: set local_steps or local_epochs, not both")
+        if self.nesterov and not self.momentum:
+            raise ValueError("FederatedTrainer: nesterov=True needs momentum > 0 (got momentum=0)")
+        if self.target_accuracy is not None and not np.issubdtype(np.asarray(fed.y).dtype, np.integer):
+            raise ValueError(
+                f"FederatedTrainer: target_accuracy={self.target_accuracy!r} but the federation's targets are floats "
+                "(regression), which have no accuracy; set target_accuracy=None and read the test loss in history_"
+            )
         self._report_prob = self._report_probabilities(fed)  # kept for fit: a callable availability runs once
         s = self.lr_schedule
         if isinstance(s, Mapping):
@@ -681,6 +775,45 @@ class FederatedTrainer(BaseEstimator):
         total = w.sum()
         return w / total if total > 0 else w
 
+    def _build_model(self, fed: Any) -> torch.nn.Module:
+        """The initial global model: a module as given, or a name or builder built (under the model seed)."""
+        model, params = self.model, dict(self.model_params or {})
+        n_out = int(getattr(fed, "n_outputs", fed.n_classes))
+        if isinstance(model, torch.nn.Module):
+            if params:
+                raise ValueError(f"FederatedTrainer: model_params={params!r} cannot apply to a module instance; "
+                                 "pass the module's builder (class or function) to have them used")
+            return model
+        if isinstance(model, str):
+            return build_model(model, fed.input_shape, n_out, **params)
+        built = model(tuple(fed.input_shape), n_out, **params)
+        if not isinstance(built, torch.nn.Module):
+            raise TypeError(f"FederatedTrainer: model={model!r} returned {type(built).__name__}, not a "
+                            "torch.nn.Module; a model builder is called as "
+                            "model(input_shape, n_outputs, **model_params)")
+        return built
+
+    def _check_batches(self, fed: Any) -> None:
+        """Refuse, before training, a schedule that gives a client a minibatch its batch norm cannot normalise."""
+        if self._engine.min_batch_size < 2:
+            return
+        n = fed.n_train_samples
+        b = int(self.batch_size)
+        if self.local_steps is not None:
+            bad = np.flatnonzero(np.minimum(b, n) == 1)
+        else:
+            bad = np.flatnonzero((n == 1) | (b == 1) | (n % b == 1))
+        if bad.size:
+            raise ValueError(
+                f"FederatedTrainer: the model has a batch norm layer that cannot normalise a single sample in "
+                f"training mode, and with batch_size={b} and "
+                f"{'local_steps' if self.local_steps is not None else 'local_epochs'} client(s) "
+                f"{bad[:10].tolist()}{' ...' if bad.size > 10 else ''} (training sizes {n[bad[:10]].tolist()}) would "
+                "train on a one-sample minibatch; choose a batch_size that leaves no last batch of one sample "
+                "(n_k % batch_size != 1), use local_steps (full batches of min(batch_size, n_k)), give every client "
+                "at least 2 samples, or use a normalisation that works per sample (nn.GroupNorm, nn.LayerNorm)"
+            )
+
     def _dropout_seed(self, round: int, purpose: str) -> int:
         tag = {"main": 0, "trial": 1}.get(purpose, 2)
         return int(np.random.SeedSequence([int(self._seeds[0]), round, tag]).generate_state(1)[0])
@@ -727,15 +860,20 @@ class FederatedTrainer(BaseEstimator):
             torch.set_num_threads(int(self.n_threads))
         try:
             torch.manual_seed(int(self._seeds[2]))
-            module = build_model(self.model, fed.input_shape, fed.n_classes, **dict(self.model_params or {}))
-            self._engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
+            module = self._build_model(fed)
+            try:
+                self._engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test, loss=self.loss)
+            except ValueError as exc:
+                raise ValueError(f"FederatedTrainer: {exc}") from exc
+            self._check_batches(fed)
+            self._buffers = dict(self._engine.buffers) or None
             selector = self._make_selector()
             selector.fit(fed.client_pool())
             history = History(model_size=self._engine.n_params, config=self._config(fed, selector))
             theta = self._engine.initial_parameters()
             threshold = None
             if self.divergence is not None:
-                threshold = float(self.divergence) * self._engine.test(theta)[0]
+                threshold = float(self.divergence) * self._engine.test(theta, self._buffers)[0]
             start, finished = 0, False
             ckpt_path = fingerprint = None
             if self.checkpoint_dir is not None:
@@ -745,6 +883,8 @@ class FederatedTrainer(BaseEstimator):
                 if state is not None:
                     selector = state["selector"]
                     theta = torch.from_numpy(state["theta"])
+                    if state.get("buffers") is not None:
+                        self._buffers = {k: torch.from_numpy(v) for k, v in state["buffers"].items()}
                     history.rounds = list(state["rounds"])
                     start, finished = int(state["next_round"]), bool(state["finished"])
                     _set_rng_state(state["rng"])
@@ -787,9 +927,10 @@ class FederatedTrainer(BaseEstimator):
             if ckpt_path is not None and not finished:
                 self._write_checkpoint(ckpt_path, fingerprint, theta, selector, history, len(history.rounds), True)
             self.parameters_ = theta.numpy().copy()
+            self.buffers_ = {k: v.numpy().copy() for k, v in (self._buffers or {}).items()}
         finally:
             torch.set_num_threads(old_threads)
-            for attr in ("_engine", "_fed"):
+            for attr in ("_engine", "_fed", "_buffers"):
                 self.__dict__.pop(attr, None)
         return self
 
@@ -809,6 +950,9 @@ class FederatedTrainer(BaseEstimator):
     def _fingerprint(self, fed: Any, selector: BaseSelector, theta0: torch.Tensor) -> dict[str, Any]:
         """Everything that fixes the run's numbers, flattened to comparable values."""
         params = {k: v for k, v in self.get_params(deep=False).items() if k not in (*_NOT_FINGERPRINTED, "selector")}
+        for k, default in _LATER_DEFAULTS.items():
+            if isinstance(params.get(k), type(default)) and params[k] == default:
+                del params[k]
         h = hashlib.sha256()
         for arr in (fed.y, fed.y_test, np.asarray(fed.X[:: max(1, len(fed.X) // 4096)]),
                     np.asarray(fed.X_test[:: max(1, len(fed.X_test) // 1024)])):
@@ -861,6 +1005,7 @@ class FederatedTrainer(BaseEstimator):
             "next_round": int(next_round),
             "finished": bool(finished),
             "theta": theta.numpy().copy(),
+            "buffers": None if self._buffers is None else {k: v.numpy().copy() for k, v in self._buffers.items()},
             "selector": selector,
             "rounds": history.rounds,
             "rng": _get_rng_state(),
@@ -890,6 +1035,9 @@ class FederatedTrainer(BaseEstimator):
             train_seed=self._train_seed,
             weight_decay=self.weight_decay,
             prox_mu=self.prox_mu,
+            momentum=float(self.momentum),
+            nesterov=bool(self.nesterov),
+            buffers=self._buffers,
             aggregation_weights=self._rule_weights,
             dropout_seed=lambda purpose: self._dropout_seed(t, purpose),
         )
@@ -904,6 +1052,8 @@ class FederatedTrainer(BaseEstimator):
         if reporters.size:
             w = torch.from_numpy(np.asarray(weights[reported], dtype=np.float32))
             new_theta = theta + (w.unsqueeze(1) * stacked).sum(0)
+            if self._buffers is not None:
+                self._buffers = aggregate_buffers(self._buffers, oracle.buffers_of(reporters), weights[reported])
         if not bool(torch.isfinite(new_theta).all()):
             raise FloatingPointError(
                 f"FederatedTrainer: the global model became NaN/inf in round {t} (selector {name}, lr={lr}); "
@@ -918,7 +1068,7 @@ class FederatedTrainer(BaseEstimator):
         )
         last = t == self.rounds - 1
         if (t + 1) % self.eval_every == 0 or last:
-            test_loss, test_acc = self._engine.test(new_theta)
+            test_loss, test_acc = self._engine.test(new_theta, self._buffers)
             if not np.isfinite(test_loss):
                 raise FloatingPointError(
                     f"FederatedTrainer: the test loss became NaN/inf in round {t} (selector {name}, lr={lr}); "
@@ -926,7 +1076,8 @@ class FederatedTrainer(BaseEstimator):
                 )
             record.test_loss, record.test_accuracy = test_loss, test_acc
             if self.track_global_loss:
-                record.global_loss = float(np.dot(fed.weights, self._engine.client_losses(new_theta)))
+                losses = self._engine.client_losses(new_theta, None, self._buffers)
+                record.global_loss = float(np.dot(fed.weights, losses))
         needs = selector.needs
         feedback = RoundFeedback(
             round=t,
@@ -948,6 +1099,9 @@ class FederatedTrainer(BaseEstimator):
                   if k not in ("selector", "callback", "checkpoint_dir", "checkpoint_every")}
         if isinstance(params.get("model"), torch.nn.Module):
             params["model"] = type(params["model"]).__name__
+        for key in ("model", "loss"):
+            if callable(params.get(key)):
+                params[key] = getattr(params[key], "__qualname__", repr(params[key]))
         return {
             "trainer": params,
             "selector": {"name": type(selector).__name__, "params": _plain(selector.get_params(deep=False))},
