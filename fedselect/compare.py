@@ -917,7 +917,8 @@ def run_comparison(
     as :mod:`multiprocessing` requires). A lambda or nested function or class, or a class
     defined in a notebook or interactive session, is a TypeError naming it before any
     training (run those with ``jobs=1``; Ray pickles functions and ``__main__`` classes by
-    value and takes them). Plugins loaded by :func:`fedselect.plugins.load_plugin`
+    value and takes them). A trainer ``callback`` is called in the worker, on the worker's
+    copy of its state: what it appends or prints stays there. Plugins loaded by :func:`fedselect.plugins.load_plugin`
     (``--plugin``) or :func:`~fedselect.plugins.register_plugin` are loaded again in each
     worker; installed entry-point plugins load there as everywhere. On a Ray cluster of
     several machines, fedselect, the data sets, plugin files and ``out_dir`` (for the
