@@ -167,7 +167,7 @@ def _serialise(grid: Any, sources: list[tuple[Any, ...]], *, dumps: Callable[[An
         raise
 
 
-def prepare(grid: Any, *, jobs: int, ray_address: str | None, log: Callable[[str], None]) -> Any:
+def prepare(grid: Any, *, jobs: int, ray_address: str | None) -> Any:
     """A runner for ``grid``'s cells: worker processes (``jobs > 1``) or Ray tasks (``ray_address``).
 
     The runner's ``run(cells, finish)`` calls ``finish(i, outcome)`` in this process as each

@@ -992,7 +992,7 @@ def run_comparison(
         from . import _grid
 
         # Everything a worker needs, serialised once, before any training: what cannot be sent is named now.
-        parallel = _grid.prepare(grid, jobs=n_jobs, ray_address=ray_address, log=log)
+        parallel = _grid.prepare(grid, jobs=n_jobs, ray_address=ray_address)
         feds = {}  # the workers build their own federations; do not hold the planning one meanwhile
     n_clients = 0
     bar = None
