@@ -4,7 +4,9 @@ Build (warnings are errors, as in CI)::
 
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 
-Add ``-D plot_gallery=0`` to skip running the examples. Cross-links to Python, NumPy,
+Add ``-D plot_gallery=0`` to skip running the examples. Then look at the pages as a reader
+does: ``python docs/check_rendered.py docs/_build/html`` opens each one in headless Chromium
+and fails on theme error boxes, system messages, broken images and tracebacks. Cross-links to Python, NumPy,
 scikit-learn and PyTorch need the network; they are off unless
 ``FEDSELECT_DOCS_INTERSPHINX=1`` is set.
 """
@@ -16,8 +18,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Document the source tree even when fedselect is not installed.
+# Document the source tree even when fedselect is not installed; the DivFL plugin's page
+# documents plugins/fedselect-divfl from its source tree too (it need not be installed).
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "plugins" / "fedselect-divfl" / "src"))
+# docs/_ext: the CLI-reference and parameter-table directives (fedselect_docs) and the
+# scripts drawing the build-time figures (scheme_figures, landing_figure).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 import fedselect
 
@@ -35,6 +42,8 @@ extensions = [
     "numpydoc",
     "sphinx_gallery.gen_gallery",
     "myst_parser",
+    "matplotlib.sphinxext.plot_directive",
+    "fedselect_docs",
 ]
 
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "auto_examples/*.ipynb", "auto_examples/*.py",
@@ -73,6 +82,20 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
     "show_memory": False,
 }
+
+# -- Figures drawn at build time (matplotlib's plot directive) ---------------------------
+# Nothing here is a committed PNG: every figure is drawn while the docs build.
+# * docs/selectors/*.rst: one figure per scheme, docs/_ext/scheme_figures.py, each scheme run
+#   for 60 rounds on a 40-client SyntheticOracle (seconds; FedCor's GP fits are the slowest).
+# * index.rst: the landing picture, docs/_ext/landing_figure.py, read from the recorded runs
+#   in benchmarks/results/fedcor-fmnist-1spc/runs (gzipped JSON; a few seconds).
+# The directive caches its PNGs in the build directory and redraws one when its page or
+# script changes.
+plot_formats = [("png", 100)]
+plot_html_show_formats = False
+plot_html_show_source_link = False
+plot_include_source = False
+plot_rcparams = {"savefig.bbox": "tight"}
 
 # -- Reproductions: the recorded reports of benchmarks/results, copied into the doc tree -----
 # The reports are Markdown written by the benchmark scripts next to their figures; copying

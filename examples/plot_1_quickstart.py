@@ -63,6 +63,7 @@ ax.set_ylabel("test accuracy")
 ax.set_title("digits, 20 clients, 2 shards each")
 ax.legend()
 fig.tight_layout()
+plt.show()
 
 # %%
 # Rounds to 80 % and what they cost
@@ -77,3 +78,11 @@ for name, history in histories.items():
     print(f"{name}: rounds to {TARGET:.0%}: {history.rounds_to_accuracy(TARGET)}, "
           f"final accuracy: {history.final_accuracy():.3f}")
     print(f"    {history.total_costs()}")
+
+# %%
+# One seed is an anecdote
+# -----------------------
+# Both runs used one seed: one partition, one initial model, one stream of minibatches.
+# Another seed can reverse a difference of a few rounds. Before concluding that one
+# scheme is faster, run several seeds and compare them seed by seed, as the next
+# example does with :func:`fedselect.compare.run_comparison` and a paired test.
