@@ -47,6 +47,15 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _jobs(text: str) -> int:
+    if text.strip().lower() == "auto":
+        return 0
+    try:
+        return _non_negative(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {text!r}") from None
+
+
 def _divergence(text: str) -> float | str:
     if text.strip().lower() == "none":
         return "none"
@@ -165,6 +174,13 @@ def _default(key: str, preset: Any, *, section: str, fallback: str = "") -> str:
 
 
 _MISSING = object()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _federation_args(p: argparse.ArgumentParser, preset: Any) -> None:
@@ -458,7 +474,7 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         selectors, federation=federation, trainer=trainer, seeds=seeds, target=target, out_dir=out,
         overwrite=args.overwrite, progress=not args.no_progress, paper=preset.paper if not args.selectors else None,
         title=preset.description.split(":")[0] if preset_name else "", retry_failed=args.retry_failed,
-        checkpoint_every=args.checkpoint_every,
+        checkpoint_every=args.checkpoint_every, jobs=args.jobs, ray_address=args.ray,
     )
     if getattr(args, "compress", False):
         from .compare import compress_runs
@@ -565,6 +581,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--checkpoint-every", type=_non_negative, default=10, metavar="K",
                        help="checkpoint each run every K rounds under OUT/checkpoints/, so a killed comparison "
                        "resumes the run in progress (default: 10; 0 = never)")
+        p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+                       help="run N (scheme, seed) runs at once, each in a process of its own with --threads torch "
+                       "threads (keep N x threads within the cores); 0 or auto: one run per core, cores // --threads "
+                       f"(here {_cores()} core(s)). Results, result files and resuming are those of a serial run; "
+                       "one progress bar counts the whole grid (default: 1, one run after another)")
+        p.add_argument("--ray", metavar="ADDRESS",
+                       help="run each (scheme, seed) as a task on a Ray cluster, --threads CPUs each: auto (the "
+                       "cluster this machine is part of), ray://HOST:PORT, or local (start Ray on this machine); "
+                       "results are written here as tasks finish. Needs Ray: pip install \"fedselect[ray]\" "
+                       "(default: none, runs stay on this machine)")
         p.add_argument("--paired", metavar="LABEL",
                        help="also compare every scheme with LABEL seed by seed (Wilcoxon test, Holm-adjusted), into "
                        "OUT/paired.md (default: random, when it is compared with another scheme)")

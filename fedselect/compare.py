@@ -19,6 +19,10 @@ result, and the rerun after fixing them resumes from the last checkpoint. A resu
 checkpoint file that cannot be read is moved aside
 as ``<name>.corrupt-<timestamp>`` with a :class:`~fedselect.simulation.CorruptFileWarning`
 naming it, and its run is redone.
+
+With ``jobs > 1`` (worker processes) or ``ray_address`` (Ray tasks) the runs train side by
+side (see :mod:`fedselect._grid`); planning, keys and result files stay here, so a parallel
+comparison writes, resumes and fails exactly as a serial one.
 """
 
 from __future__ import annotations
@@ -720,6 +724,76 @@ def machine_info() -> dict[str, Any]:
             "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
 
 
+@dataclass
+class _Outcome:
+    """What one (scheme, seed) run produced, as the process that writes its result file needs it."""
+
+    history: History | None  # None when the run failed before its first round
+    error: dict[str, Any] | None  # None for a finished run
+    seconds: float
+    machine: dict[str, Any]
+    diagnostics: dict[str, Any]
+    n_clients: int
+
+
+class _Grid:
+    """What every run of a comparison shares, and :meth:`run`, one (scheme, seed) run.
+
+    The serial loop calls :meth:`run` in the comparison's process; with ``jobs > 1`` or Ray the
+    object is pickled once to each worker, which calls it there (see :mod:`fedselect._grid`).
+    Result files are written by the comparison's process only, from the returned outcome.
+    """
+
+    def __init__(self, source: _FederationSource, built: Mapping[str, Any], trainer_kw: Mapping[str, Any], *,
+                 checkpoint_every: int, overwrite: bool) -> None:
+        self.source = source
+        self.built = dict(built)
+        self.trainer_kw = dict(trainer_kw)
+        self.checkpoint_every = int(checkpoint_every)
+        self.overwrite = bool(overwrite)
+
+    def run(self, label: str, seed: int, ckpt: Path | None, *, fed: Any, progress: bool = False) -> _Outcome:
+        """Train scheme ``label`` with ``seed`` on ``fed``; a run that raises is a failed outcome.
+
+        Errors of the environment (``OSError``, ``MemoryError``, a checkpoint of other settings
+        without ``overwrite``) propagate: they are not the run's result.
+        """
+        from sklearn.base import clone
+
+        from .simulation.trainer import FederatedTrainer
+
+        start = time.perf_counter()
+        use_ckpt = ckpt is not None and bool(self.checkpoint_every)
+        tr = FederatedTrainer(
+            selector=clone(self.built[label]), random_state=int(seed), progress=progress, **self.trainer_kw,
+            **({"checkpoint_dir": ckpt, "checkpoint_every": self.checkpoint_every} if use_ckpt else {}),
+        )
+        error: dict[str, Any] | None = None
+        try:
+            try:
+                tr.fit(fed)
+            except CheckpointMismatchError:
+                if not self.overwrite:
+                    raise
+                _remove_tree(ckpt)
+                tr.fit(fed)
+        except (CheckpointMismatchError, OSError, MemoryError):
+            raise  # the environment, not the run: a rerun after fixing it must not find it "failed"
+        except Exception as exc:  # a failed run is a result; the comparison goes on
+            partial = getattr(tr, "history_", None)
+            completed = len(partial) if partial is not None else 0
+            error = {
+                "type": type(exc).__name__, "message": str(exc),
+                "round": int(getattr(exc, "round", completed)), "rounds_completed": completed,
+                "traceback": traceback.format_exc(limit=8),
+            }
+        return _Outcome(
+            history=getattr(tr, "history_", None), error=error, seconds=time.perf_counter() - start,
+            machine=machine_info(), diagnostics=_diagnostics(tr.selector_) if error is None else {},
+            n_clients=int(fed.n_clients),
+        )
+
+
 def run_comparison(
     selectors: SelectorsArg,
     *,
@@ -736,6 +810,8 @@ def run_comparison(
     log: Callable[[str], None] | None = None,
     retry_failed: bool = False,
     checkpoint_every: int | None = 10,
+    jobs: int | str = 1,
+    ray_address: str | None = None,
 ) -> Comparison:
     """Run every scheme with every seed on the same federations and training streams.
 
@@ -792,16 +868,63 @@ def run_comparison(
         this many rounds (see :class:`~fedselect.FederatedTrainer`'s ``checkpoint_dir``), so a
         killed comparison redoes at most that many rounds of the run in progress; the
         checkpoint is deleted once the run's result file is written. None or 0: no checkpoints.
+    jobs : int or "auto", default 1
+        How many (scheme, seed) runs train at once on this machine. 1: one after another in
+        this process, as always. ``N > 1``: a pool of N worker processes (started by the
+        ``forkserver`` method, ``spawn`` where there is none; never ``fork``, which is unsafe
+        once torch has started its threads), one run per task. 0 or ``"auto"``: one run per
+        ``n_threads`` cores, ``cores // n_threads`` with the cores this process may use
+        (``os.sched_getaffinity``). Each worker runs torch with the trainer's ``n_threads``
+        when set, else ``cores // jobs`` threads; when ``jobs x threads`` exceeds the cores
+        a :class:`RuntimeWarning` says so and the grid runs anyway (slower, same results).
+        See Notes.
+    ray_address : str, optional
+        Run each (scheme, seed) as a task on a Ray cluster instead: ``"auto"`` (the cluster
+        this machine belongs to), ``"ray://host:port"``, or ``"local"`` (start Ray on this
+        machine); if this process is already connected to Ray (``ray.init`` was called) that
+        connection is used and left open. Each task asks for ``n_threads`` CPUs (default 1).
+        Needs Ray (``pip install "fedselect[ray]"``); an ImportError names it otherwise.
+        Not together with ``jobs`` other than 1.
 
     Returns
     -------
     Comparison
         Failed runs are in its ``failed`` attribute, not in ``histories``.
+
+    Notes
+    -----
+    **Parallel grids** (``jobs > 1`` or ``ray_address``). Planning stays here: which cells
+    are finished, their keys, the settings check. What every run shares (the selectors, the
+    federation or its recipe, the trainer options) is pickled once before any training and
+    sent to each worker; each cell then runs exactly the code of a serial run, and its
+    outcome comes back here, where its result file is written the moment it arrives: same
+    JSON, same key, same checkpoints under ``<out>/checkpoints/``, so a killed parallel
+    comparison resumes like a serial one (and either can resume the other). A run that fails
+    in a worker is recorded as failed and the grid goes on; an environment error in a worker
+    (``OSError``, ``MemoryError``, a worker process that died) stops the grid, and so does
+    Ctrl-C: tasks not started are cancelled and the workers are terminated (a worker also
+    exits by itself when this process dies). Progress is one bar, or one line per finished
+    run in a log, for the whole grid; workers draw no bars of their own.
+
+    Results equal a serial run's bit for bit when each run uses the same number of torch
+    threads (intra-op threads change how float sums are split): set ``n_threads``
+    (``--threads``, 1 by default on the command line) to compare a parallel grid with a
+    serial one. ``histories`` keeps the serial order whatever order the runs finish in.
+
+    What must travel to the workers: selector classes and instances, federation factories
+    and objects in ``trainer`` must pickle, i.e. be defined at the top level of an importable
+    module, or of the script being run (guard its code with ``if __name__ == "__main__":``,
+    as :mod:`multiprocessing` requires). A lambda or nested function or class, or a class
+    defined in a notebook or interactive session, is a TypeError naming it before any
+    training (run those with ``jobs=1``; Ray pickles functions and ``__main__`` classes by
+    value and takes them). A trainer ``callback`` is called in the worker, on the worker's
+    copy of its state: what it appends or prints stays there. Plugins loaded by :func:`fedselect.plugins.load_plugin`
+    (``--plugin``) or :func:`~fedselect.plugins.register_plugin` are loaded again in each
+    worker; installed entry-point plugins load there as everywhere. On a Ray cluster of
+    several machines, fedselect, the data sets, plugin files and ``out_dir`` (for the
+    checkpoints) must be at the same paths on every node; without a shared ``out_dir`` a
+    killed cell restarts from its first round, results being written here in any case.
     """
-    from sklearn.base import clone
-
-    from .simulation.trainer import FederatedTrainer
-
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None
     # Everything checkable before hours of work: selectors and their parameters, the trainer's, seeds, labels, out.
@@ -814,6 +937,9 @@ def run_comparison(
     if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int)
                                          or checkpoint_every < 0):
         raise ValueError(f"run_comparison: checkpoint_every={checkpoint_every!r} must be None or an integer >= 0")
+    from ._grid import resolve_jobs
+
+    n_jobs = resolve_jobs(jobs, trainer_kw.get("n_threads"), ray_address=ray_address)
     commit = _commit()
     if command is None:
         command = [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv and sys.argv[0] else []
@@ -860,82 +986,82 @@ def run_comparison(
         note = (f" ({n_failed} failed; rerun with retry_failed=True / --retry-failed to try them again)"
                 if n_failed else "")
         log(f"resuming: {done} finished run(s) loaded{note}, {len(todo)} to run")
+    grid = _Grid(source, built, trainer_kw, checkpoint_every=int(checkpoint_every or 0), overwrite=overwrite)
+    parallel = None
+    if todo and (ray_address is not None or n_jobs > 1):
+        from . import _grid
+
+        # Everything a worker needs, serialised once, before any training: what cannot be sent is named now.
+        parallel = _grid.prepare(grid, jobs=n_jobs, ray_address=ray_address)
+        feds = {}  # the workers build their own federations; do not hold the planning one meanwhile
     n_clients = 0
     bar = None
     bars = progress and bars_wanted()  # in a log file: one line per finished run instead of redrawn bars
     if bars and todo:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc="runs", unit="run")
+        desc = "runs" if parallel is None else f"runs ({parallel.describe()})"
+        bar = tqdm(total=len(todo), desc=desc, unit="run")
+    outcomes: dict[int, _Outcome] = {}
+
+    def finish(i: int, outcome: _Outcome) -> None:
+        """Record cell ``i``'s outcome the moment it is known: its result file, its log line, the bar."""
+        seed, label, name, key, path, ckpt, settings = todo[i]
+        outcomes[i] = outcome
+        error = outcome.error
+        if error is not None:
+            log(f"{label} seed {seed} failed in round {error['round']}: {error['type']}: {error['message']}")
+        if path is not None:
+            payload = {
+                "key": key, "settings": json.loads(json.dumps(settings, default=repr)),
+                "label": label, "selector": name, "seed": int(seed),
+                "status": "finished" if error is None else "failed", "command": command,
+                "commit": commit, "seconds": outcome.seconds,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": outcome.machine,
+            }
+            if error is not None:
+                payload["error"] = error
+            payload["history"] = outcome.history.to_dict() if outcome.history is not None else None
+            if outcome.diagnostics:
+                payload["selector_state"] = outcome.diagnostics
+            atomic_write_bytes(path, json.dumps(payload, default=repr).encode())
+            Path(str(path) + ".gz").unlink(missing_ok=True)  # a compressed earlier result is superseded
+            _remove_tree(ckpt)
+        if bar is not None:
+            bar.update(1)
+        elif progress and error is None:
+            h = outcome.history
+            acc = h.final_accuracy()
+            log(f"[{len(outcomes)}/{len(todo)}] {label} seed {seed}: {len(h)} rounds in "
+                f"{outcome.seconds:.1f} s, final accuracy "
+                f"{'-' if acc is None else f'{acc:.3f}'}, rounds to {target:.0%}: "
+                f"{h.rounds_to_accuracy(target) or 'not reached'}")
+
     try:
-        for i_run, (seed, label, name, key, path, ckpt, settings) in enumerate(todo, 1):
-            if seed not in feds:
-                feds = {seed: source.build(seed)}
-            fed = feds[seed]
-            n_clients = fed.n_clients
-            if bar is not None:
-                bar.set_description(f"{label} seed {seed}")
-            start = time.perf_counter()
-            use_ckpt = ckpt is not None and bool(checkpoint_every)
-            if use_ckpt and (ckpt / "checkpoint.pkl").exists():
-                log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
-            tr = FederatedTrainer(
-                selector=clone(built[label]), random_state=int(seed), progress=bars, **trainer_kw,
-                **({"checkpoint_dir": ckpt, "checkpoint_every": int(checkpoint_every)} if use_ckpt else {}),
-            )
-            error: dict[str, Any] | None = None
-            try:
-                try:
-                    tr.fit(fed)
-                except CheckpointMismatchError:
-                    if not overwrite:
-                        raise
-                    _remove_tree(ckpt)
-                    tr.fit(fed)
-            except (CheckpointMismatchError, OSError, MemoryError):
-                raise  # the environment, not the run: a rerun after fixing it must not find it "failed"
-            except Exception as exc:  # a failed run is a result; the comparison goes on
-                partial = getattr(tr, "history_", None)
-                completed = len(partial) if partial is not None else 0
-                error = {
-                    "type": type(exc).__name__, "message": str(exc),
-                    "round": int(getattr(exc, "round", completed)), "rounds_completed": completed,
-                    "traceback": traceback.format_exc(limit=8),
-                }
-                failed[label][int(seed)] = _failure_of({"error": error})
-                log(f"{label} seed {seed} failed in round {error['round']}: {error['type']}: {exc}")
-            if error is None:
-                histories[label][int(seed)] = tr.history_
-            if path is not None:
-                payload = {
-                    "key": key, "settings": json.loads(json.dumps(settings, default=repr)),
-                    "label": label, "selector": name, "seed": int(seed),
-                    "status": "finished" if error is None else "failed", "command": command,
-                    "commit": commit, "seconds": time.perf_counter() - start,
-                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
-                }
-                if error is not None:
-                    payload["error"] = error
-                h = getattr(tr, "history_", None)
-                payload["history"] = h.to_dict() if h is not None else None
-                diagnostics = _diagnostics(tr.selector_) if error is None else {}
-                if diagnostics:
-                    payload["selector_state"] = diagnostics
-                atomic_write_bytes(path, json.dumps(payload, default=repr).encode())
-                Path(str(path) + ".gz").unlink(missing_ok=True)  # a compressed earlier result is superseded
-                _remove_tree(ckpt)
-            if bar is not None:
-                bar.update(1)
-            elif progress and error is None:
-                h = tr.history_
-                acc = h.final_accuracy()
-                log(f"[{i_run}/{len(todo)}] {label} seed {seed}: {len(h)} rounds in "
-                    f"{time.perf_counter() - start:.1f} s, final accuracy "
-                    f"{'-' if acc is None else f'{acc:.3f}'}, rounds to {target:.0%}: "
-                    f"{h.rounds_to_accuracy(target) or 'not reached'}")
+        if parallel is not None:
+            for seed, label, _name, _k, _path, ckpt, _settings in todo:
+                if ckpt is not None and checkpoint_every and (ckpt / "checkpoint.pkl").exists():
+                    log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
+            parallel.run([(label, seed, ckpt) for seed, label, _n, _k, _p, ckpt, _s in todo], finish)
+        else:
+            for i, (seed, label, _name, _k, _path, ckpt, _settings) in enumerate(todo):
+                if seed not in feds:
+                    feds = {seed: source.build(seed)}
+                if bar is not None:
+                    bar.set_description(f"{label} seed {seed}")
+                if ckpt is not None and checkpoint_every and (ckpt / "checkpoint.pkl").exists():
+                    log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
+                finish(i, grid.run(label, seed, ckpt, fed=feds[seed], progress=bars))
     finally:
         if bar is not None:
             bar.close()
+    for i, (seed, label, *_rest) in enumerate(todo):  # in the order a serial run finishes them
+        outcome = outcomes[i]
+        n_clients = outcome.n_clients
+        if outcome.error is None:
+            histories[label][int(seed)] = outcome.history
+        else:
+            failed[label][int(seed)] = _failure_of({"error": outcome.error})
     if out is not None:
         try:
             (out / "checkpoints").rmdir()  # only when empty
