@@ -77,7 +77,8 @@ def main() -> None:
     for q, comp in comps.items():
         paper = ", ".join(f"{k} {v}" for k, v in comp.paper.items())
         head.append(what_holds(comp, "HCSFed", setting=f"q = {q} (rounds to 80 %)",
-                               claim=f"HCSFed needs the fewest rounds ({paper})."))
+                               claim=f"HCSFed needs the fewest rounds ({paper}).",
+                               baselines=[k for k in comp.paper if k != "HCSFed"]))
     head += ["", provenance([c for cells in all_cells.values() for c in cells]), ""]
     lines = head + lines
     head = ["scheme"] + [x for q in QS for x in (f"q = {q}", "paper")]
