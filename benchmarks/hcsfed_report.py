@@ -58,8 +58,14 @@ def main() -> None:
         "Dirichlet alpha = 0.1, C = qN, 50 local SGD steps of batch 50, lr 0.01, at most 200 rounds, stop at "
         "80 % test accuracy. Rows: Random; Importance = the norm-based optimal client sampling of Chen et al. "
         "(`ocs`), the paper's importance row; Importance-size = sampling by data size (extra row); Cluster = "
-        "Fraboni et al.'s clustered sampling (`clustered`); HCSFed (`hcsfed`, H = 5, R = 5 %, grouping "
-        "compressor).",
+        "Fraboni et al.'s clustered sampling by update similarity (`clustered`, `method=\"similarity\"`, their "
+        "Algorithm 2, the scheme the paper compares against); Cluster-size (Alg. 1) = their clustering by data size "
+        "(extra row); HCSFed (`hcsfed`, H = 5, R = 5 %, grouping compressor); HCSFed (cohesion=std) = the same with "
+        "S_h read as the within-cluster standard deviation of the update norms, the Neyman allocation the paper's "
+        "Theorem 1 needs (extra row). The first lines test the paper's claim against its own rows (Random, "
+        "Importance, Cluster) only. Until 2026-11-23 the Cluster row ran Algorithm 1 and seeds 0-2 came from another "
+        "CPU and uncommitted trees; every cell was rerun from one commit on one machine (git history keeps the "
+        "earlier runs).",
         "",
         "## Rounds to 80 %",
         "",
