@@ -8,7 +8,7 @@ Reads ``benchmarks/results/hcsfed/q{0.1,0.3,0.5}/runs/*.json`` (whatever has fin
   averaged over every round of every seed, and in total to reach the target;
 - the range of the per-round total aggregation weight of the unbiased schemes (HCSFed and OCS
   return unnormalised weights ``p_k / pi_k``; random sampling's total is always 1);
-- HCSFed against each scheme paired by seed (Wilcoxon), and the same seeds rerun on another CPU;
+- HCSFed against each scheme paired by seed (Wilcoxon, Holm);
 - every (q, method, seed) cell with its CPU, command and commit; the accuracy curves;
 - the sensitivity to H and R (the paper's Fig. 4), table and figure.
 
@@ -172,7 +172,6 @@ def main() -> None:
         lines += _sensitivity(json.loads(sens.read_text()))
 
     lines += _paired(comps)
-    lines += _other_cpu(comps)
 
     lines += [
         "## Cells",
@@ -210,47 +209,6 @@ def _paired(comps: dict) -> list[str]:
         if comp.histories.get("HCSFed"):
             out += [f"q = {q}:", "", comp.paired_markdown("HCSFed"), ""]
     return out
-
-
-def _other_cpu(comps: dict) -> list[str]:
-    """The same seeds rerun on this machine's CPU (``other-cpu/``) beside the table's runs."""
-    rows = []
-    for q, comp in comps.items():
-        d = ROOT / "other-cpu" / f"q{q}"
-        if not (d / "runs").exists():
-            continue
-        other, cells = load_comparison(d, 0.8)
-        cpu = next(((c.get("machine") or {}).get("cpu") for c in cells if c.get("machine")), "?")
-        for label, runs in other.histories.items():
-            for s, h in sorted(runs.items()):
-                orig = comp.histories.get(label, {}).get(s)
-                if orig is None:
-                    continue
-                first = next((i for i, (a, b) in enumerate(zip(orig.rounds, h.rounds))
-                              if a.test_accuracy != b.test_accuracy or list(a.clients) != list(b.clients)), None)
-                rows.append(
-                    f"| {q} | {label} | {s} | {orig.rounds_to_accuracy(0.8) or 'not reached'} | "
-                    f"{h.rounds_to_accuracy(0.8) or 'not reached'} | {cpu} | "
-                    f"{'identical' if first is None else f'round {first}'} |"
-                )
-    if not rows:
-        return []
-    return [
-        "## The same seeds on another CPU",
-        "",
-        "One seed reproduces a run bit for bit on one machine. On another CPU, torch's kernels can round the last "
-        "bits differently; a scheme whose choice depends on the model (OCS's update norms, HCSFed's k-means) can "
-        "then choose differently and follow another path, while random sampling's choices do not depend on the "
-        "model. Seeds 0-2 of the model-dependent schemes rerun on this session's CPU (`other-cpu/`):",
-        "",
-        "| q | scheme | seed | rounds to 80 % (table) | rounds to 80 % (rerun) | rerun CPU | first differing round |",
-        "|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-        "So one run of these schemes is one draw from a wide distribution even for a fixed seed: compare them over "
-        "many seeds, not run by run.",
-        "",
-    ]
 
 
 def _sensitivity(saved: dict) -> list[str]:

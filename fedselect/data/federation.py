@@ -58,8 +58,9 @@ class Federation:
         Per client, a held-out part of its data (indices into ``X``) on which its loss
         is measured (FedCor's official code: the last 20 % of its shuffled indices).
         ``None``: losses are measured on ``client_indices``.
-    n_classes : int, default=10
-        Number of classes (ignored for float targets).
+    n_classes : int, optional
+        Number of classes (ignored for float targets). Default: inferred from the labels,
+        ``max(y.max(), y_test.max()) + 1``; give it when some classes appear in neither split.
     name : str, default=""
         A short label.
     metadata : dict
@@ -97,7 +98,7 @@ class Federation:
     X_test: np.ndarray
     y_test: np.ndarray
     eval_indices: list[np.ndarray] | None = None
-    n_classes: int = 10
+    n_classes: int | None = None  # type: ignore[assignment]  # inferred in __post_init__
     name: str = ""
     metadata: dict = field(default_factory=dict)
 
@@ -122,6 +123,11 @@ class Federation:
             raise ValueError("Federation: the test split is empty")
         if X_test.shape[1:] != X.shape[1:]:
             raise ValueError(f"Federation: test inputs are {X_test.shape[1:]} but training inputs {X.shape[1:]}")
+        if self.n_classes is None:  # inferred from the labels (a float target makes it irrelevant)
+            inferred = 1
+            if not regression and y.size and np.issubdtype(y.dtype, np.integer):
+                inferred = int(max(y.max(), y_test.max() if y_test.size else 0)) + 1
+            object.__setattr__(self, "n_classes", inferred)
         for name, labels in (("y", y), ("y_test", y_test)) if not regression else ():
             if labels.size and (not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0):
                 raise ValueError(f"Federation: {name} must hold non-negative integer labels")

@@ -169,3 +169,14 @@ def test_make_federation_fmnist_2spc(monkeypatch, tmp_path):
     np.testing.assert_array_equal(fed.n_samples, np.full(100, 600))
     assert (fed.label_histogram() > 0).sum(axis=1).max() <= 2
     assert fed.X_test.shape == (10000, 1, 28, 28)
+
+
+def test_n_classes_is_inferred_from_the_labels_unless_given():
+    X = np.zeros((6, 2), np.float32)
+    y = np.array([0, 1, 2, 0, 1, 2])
+    parts = [np.arange(3), np.arange(3, 6)]
+    fed = Federation(X, y, parts, X[:2], np.array([0, 1]))
+    assert fed.n_classes == 3 and fed.n_outputs == 3  # not a silent 10
+    assert fed.label_histogram().shape == (2, 3)
+    assert Federation(X, y, parts, X[:2], np.array([0, 4])).n_classes == 5  # a class seen only in the test split
+    assert Federation(X, y, parts, X[:2], np.array([0, 1]), n_classes=7).n_classes == 7
