@@ -386,6 +386,12 @@ def _diagnostics(selector: Any) -> dict[str, Any]:
     return out
 
 
+def _mean_or_none(values: Sequence[float | None]) -> float | None:
+    """The mean of the values that are not None; None when there are none (e.g. no accuracy in regression)."""
+    kept = [float(v) for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
+
+
 def _fmt_mean_std(values: Sequence[float], digits: int = 1) -> str:
     if not values:
         return "-"
@@ -451,8 +457,9 @@ class Comparison:
                 "rounds_to_target": float(np.mean(ok)) if complete else None,
                 "rounds_to_target_std": float(np.std(ok)) if complete else None,
                 "rounds_to_target_each": reached,
-                "final_accuracy": float(np.mean([h.final_accuracy() or 0 for h in hs])) if hs else None,
-                "best_accuracy": float(np.mean([h.best_accuracy() or 0 for h in hs])) if hs else None,
+                "final_accuracy": _mean_or_none([h.final_accuracy() for h in hs]),
+                "best_accuracy": _mean_or_none([h.best_accuracy() for h in hs]),
+                "final_test_loss": _mean_or_none([h.rounds[-1].test_loss if h.rounds else None for h in hs]),
                 "mfloats_to_target": (
                     float(np.mean([c.floats_communicated(h.model_size) for c, h in costs_ok]) / 1e6)
                     if costs_ok else None
@@ -495,7 +502,6 @@ class Comparison:
             head.append("failed")
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
-            hs = list(self.histories.get(r["scheme"], {}).values())
             fails = r.get("failed", [])
             rounds = [x for x in r["rounds_to_target_each"] if x is not None]
             if r["reached"] == r["seeds"] and not fails:
@@ -504,7 +510,8 @@ class Comparison:
                 cell = "N/A" if not rounds else f"N/A ({len(rounds)} reached: {_fmt_mean_std(rounds)})"
             vals = [
                 r["scheme"], cell, f"{r['reached']}/{r['seeds'] + len(fails)}",
-                f"{r['final_accuracy']:.3f}" if hs else "-", f"{r['best_accuracy']:.3f}" if hs else "-",
+                "-" if r["final_accuracy"] is None else f"{r['final_accuracy']:.3f}",
+                "-" if r["best_accuracy"] is None else f"{r['best_accuracy']:.3f}",
                 "-" if r["mfloats_to_target"] is None else f"{r['mfloats_to_target']:.2f}",
                 "-" if r["models_down_to_target"] is None else f"{r['models_down_to_target']:.0f}",
                 "-" if r["scalars_up_to_target"] is None else f"{r['scalars_up_to_target']:.0f}",
@@ -516,6 +523,15 @@ class Comparison:
             if any_failed:
                 vals.append("; ".join(f"seed {f['seed']}: {f['type']} in round {f['round']}" for f in fails) or "-")
             lines.append("| " + " | ".join(vals) + " |")
+        if rows and all(r["final_accuracy"] is None for r in rows if r["seeds"]):
+            losses = ", ".join(f"{r['scheme']} {r['final_test_loss']:.4g}" for r in rows
+                               if r.get("final_test_loss") is not None)
+            lines += ["", "These runs record no accuracy (a regression loss): the rounds-to-target and accuracy "
+                      f"columns do not apply. Final test loss, mean over seeds: {losses or '-'}."]
+        elif rows and not any(r["reached"] for r in rows):
+            n_rounds = max((len(h) for runs in self.histories.values() for h in runs.values()), default=0)
+            lines += ["", f"No run reached {target} in {n_rounds} rounds, so the rounds columns and a paired "
+                      "comparison say nothing; lower the target (--target) or train longer (--rounds)."]
         return "\n".join(lines)
 
     def paired(self, reference: str, *, not_reached: int | None = None) -> list[dict[str, Any]]:
@@ -847,7 +863,9 @@ def run_comparison(
     target : float
         Accuracy for the rounds-to-target table.
     out_dir : path, optional
-        Where each finished run is written at once (and read back on a rerun).
+        Where each finished run is written at once (``<out_dir>/runs/``, read back on a rerun).
+        The table and pictures are not written here: call :meth:`Comparison.write` and
+        :meth:`Comparison.plot` on the result (the command line does both).
     overwrite : bool
         Re-run cells whose saved settings differ (and discard their checkpoints) instead of raising.
     progress : bool

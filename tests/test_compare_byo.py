@@ -175,3 +175,34 @@ def test_the_recorded_runs_keep_their_keys():
         assert _key(settings) == saved["key"], path
         checked += 1
     assert checked >= 100
+
+
+def test_a_regression_comparison_says_accuracy_does_not_apply_and_reports_the_test_loss():
+    import numpy as np
+
+    from fedselect.compare import run_comparison
+    from fedselect.data import Federation
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 4)).astype(np.float32)
+    y = (X @ np.array([1.0, -2.0, 0.5, 0.0], np.float32))[:, None]
+    fed = Federation(X[:100], y[:100], np.array_split(np.arange(100), 5), X[100:], y[100:])
+    comp = run_comparison(["random"], federation=fed, seeds=[0],
+                          trainer={"model": "logistic", "loss": "mse", "rounds": 3, "clients_per_round": 2,
+                                   "local_steps": 2, "target_accuracy": None}, progress=False)
+    row = comp.rows()[0]
+    assert row["final_accuracy"] is None and row["best_accuracy"] is None  # not a fake 0.000
+    assert row["final_test_loss"] > 0
+    table = comp.to_markdown()
+    assert "0.000" not in table.split("\n")[2]
+    assert "no accuracy (a regression loss)" in table and "Final test loss" in table
+
+
+def test_a_table_where_no_run_reached_the_target_says_so():
+    from fedselect.compare import run_comparison
+
+    comp = run_comparison(["random", "power-of-choice"], federation={"dataset": "digits", "n_clients": 8},
+                          seeds=[0], target=0.99,
+                          trainer={"model": "logistic", "rounds": 2, "clients_per_round": 2, "local_steps": 1},
+                          progress=False)
+    assert "No run reached 99% in 2 rounds" in comp.to_markdown()

@@ -807,7 +807,7 @@ class FederatedTrainer(BaseEstimator):
             raise ValueError(
                 f"FederatedTrainer: the model has a batch norm layer that cannot normalise a single sample in "
                 f"training mode, and with batch_size={b} and "
-                f"{'local_steps' if self.local_steps is not None else 'local_epochs'} client(s) "
+                f"{'local steps' if self.local_steps is not None else 'whole local epochs'} client(s) "
                 f"{bad[:10].tolist()}{' ...' if bad.size > 10 else ''} (training sizes {n[bad[:10]].tolist()}) would "
                 "train on a one-sample minibatch; choose a batch_size that leaves no last batch of one sample "
                 "(n_k % batch_size != 1), use local_steps (full batches of min(batch_size, n_k)), give every client "
