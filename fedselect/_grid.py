@@ -99,7 +99,7 @@ def _plugin_sources() -> list[tuple[Any, ...]]:
         if obj is None:
             continue
         if label.startswith("file "):
-            out.append(("file", label[len("file "):]))
+            out.append(("file", label[len("file "):], plugins._user_plugins[label].get("sha256", "")))
         elif isinstance(obj, ModuleType):
             out.append(("module", obj.__name__, label))
         else:
@@ -108,11 +108,16 @@ def _plugin_sources() -> list[tuple[Any, ...]]:
 
 
 def _load_plugin_sources(sources: Sequence[tuple[Any, ...]]) -> None:
-    from .plugins import load_plugin, register_plugin
+    from .plugins import PluginError, _user_plugins, load_plugin, register_plugin
 
     for kind, *rest in sources:
         if kind == "file":
             load_plugin(rest[0])
+            now = _user_plugins.get(f"file {rest[0]}", {}).get("sha256", "")
+            if rest[1] and now != rest[1]:  # edited since the comparison started: its runs would be mislabelled
+                raise PluginError(f"plugin file {rest[0]} changed on disk after the comparison started (sha256 "
+                                  f"{rest[1][:12]}... then, {now[:12]}... now); restore it or start the comparison "
+                                  "again")
         elif kind == "module":
             register_plugin(importlib.import_module(rest[0]), name=rest[1])
         else:

@@ -105,7 +105,7 @@ def _plugin_arg(p: argparse.ArgumentParser) -> None:
         "--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
         help="load a plugin without packaging it: a Python file (path ending .py) or an importable module whose "
         "@fedselect.hookimpl functions (register_selectors, register_datasets, register_models) register as an "
-        "installed plugin's would; repeatable (default: none). Runs that use it record its path and content hash.",
+        "installed plugin's would; repeatable (default: none). Runs that use it record its file name and content hash.",
     )
 
 

@@ -523,7 +523,8 @@ class Comparison:
             if any_failed:
                 vals.append("; ".join(f"seed {f['seed']}: {f['type']} in round {f['round']}" for f in fails) or "-")
             lines.append("| " + " | ".join(vals) + " |")
-        if rows and all(r["final_accuracy"] is None for r in rows if r["seeds"]):
+        finished = [r for r in rows if r["seeds"]]
+        if finished and all(r["final_accuracy"] is None for r in finished):
             losses = ", ".join(f"{r['scheme']} {r['final_test_loss']:.4g}" for r in rows
                                if r.get("final_test_loss") is not None)
             lines += ["", "These runs record no accuracy (a regression loss): the rounds-to-target and accuracy "
@@ -1095,6 +1096,27 @@ def run_comparison(
                       {k: v for k, v in failed.items() if v})
 
 
+def _plain_json(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain_json(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, (str, int, float)) and _plain_json(v) for k, v in value.items())
+    return False
+
+
+def _stable(value: Any) -> Any:
+    """A trainer value as recorded in a run's key: plain JSON as it is (so existing keys stay), anything
+    else by content (a function by name and code, a module by class, options and weights), never by a
+    memory address that changes with every process."""
+    if _plain_json(value):
+        return value
+    from .simulation.checkpoint import _canonical
+
+    return _canonical(value)
+
+
 def run_settings(federation: Any, trainer: Mapping[str, Any], selector: Any, seed: int) -> dict[str, Any]:
     """The settings one (scheme, seed) run of a comparison is keyed by and saved with.
 
@@ -1117,12 +1139,13 @@ def run_settings(federation: Any, trainer: Mapping[str, Any], selector: Any, see
     dict
         ``federation``, ``trainer``, ``selector``, ``params``, ``seed``, and ``plugins``
         only when the run uses a plugin loaded by :func:`fedselect.plugins.load_plugin`
-        (its path and content hash), so the keys of runs without one are unchanged.
+        (its file name, or module name, and content hash), so the keys of runs without one are unchanged.
     """
     from .plugins import as_selector_spec, user_plugins_used
 
     spec = as_selector_spec(selector)
-    settings = {"federation": federation, "trainer": dict(trainer), **spec.settings(), "seed": int(seed)}
+    settings = {"federation": federation, "trainer": {k: _stable(v) for k, v in trainer.items()},
+                **spec.settings(), "seed": int(seed)}
     # What a run uses when the mapping leaves it out: the defaults of make_federation and the trainer.
     from .data import make_federation
     from .simulation.trainer import FederatedTrainer

@@ -417,7 +417,8 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     except PluginError as exc:
         del sys.modules[mod_name]
         raise PluginError(str(exc).replace(label, f"plugin file {text}", 1)) from exc
-    _user_plugins[label] = {"path": os.path.normpath(text), "sha256": _file_sha256(resolved) or ""}
+    # Keyed by file name and content, not by the path as typed: the same file given as ./x.py or /abs/x.py resumes.
+    _user_plugins[label] = {"file": Path(resolved).name, "sha256": _file_sha256(resolved) or ""}
     return module
 
 
@@ -469,7 +470,9 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
         return f"{getattr(value, '__module__', '?')}:{value.__qualname__}"
-    return repr(value)
+    from .simulation.checkpoint import _canonical  # random states by their state, modules by their weights
+
+    return str(_canonical(value))
 
 
 @dataclass(frozen=True)

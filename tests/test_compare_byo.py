@@ -206,3 +206,31 @@ def test_a_table_where_no_run_reached_the_target_says_so():
                           trainer={"model": "logistic", "rounds": 2, "clients_per_round": 2, "local_steps": 1},
                           progress=False)
     assert "No run reached 99% in 2 rounds" in comp.to_markdown()
+
+
+def test_keys_of_callable_module_and_random_state_values_are_stable_across_processes_and_follow_content():
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent('''
+        import numpy as np, torch
+        from fedselect.compare import _key, run_settings
+        from fedselect.selectors.random import RandomSelector
+        def huber(out, y):
+            return torch.nn.functional.huber_loss(out, y, reduction="none").mean(1)
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(64, 10)
+        sel = RandomSelector(random_state=np.random.RandomState(0))
+        print(_key(run_settings({"dataset": "digits"}, {"loss": huber, "model": lin}, sel, 0)))
+        torch.manual_seed(1)
+        print(_key(run_settings({"dataset": "digits"}, {"loss": huber, "model": torch.nn.Linear(64, 10)}, sel, 0)))
+        print(_key(run_settings({"dataset": "digits"}, {"loss": torch.nn.HuberLoss(delta=0.1)}, "random", 0)),
+              _key(run_settings({"dataset": "digits"}, {"loss": torch.nn.HuberLoss(delta=1.0)}, "random", 0)))
+    ''')
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+            for _ in range(2)]
+    assert runs[0] == runs[1]  # no memory address in any key: a rerun in a new process resumes
+    first, other_weights, huber_01, huber_1 = runs[0]
+    assert first != other_weights  # a module with other weights is another setting
+    assert huber_01 != huber_1  # a loss module's options count

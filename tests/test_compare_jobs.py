@@ -189,7 +189,7 @@ def test_a_plugin_file_is_loaded_again_in_the_workers(tmp_path):
         assert parallel.histories == serial.histories
         assert parallel.histories["last"][0].rounds[0].clients == [7, 8, 9]  # the plugin's choice, sorted
         saved = json.loads((tmp_path / "b" / "runs" / "last__seed0.json").read_text())
-        assert saved["settings"]["plugins"][0]["path"] == str(plugin)
+        assert saved["settings"]["plugins"][0]["file"] == plugin.name
     finally:
         for label in set(plugins._user_plugins) - before:
             plugins.pm.unregister(plugins.pm.get_plugin(label))

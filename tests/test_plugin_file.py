@@ -57,7 +57,7 @@ def test_the_readme_plugin_works_as_a_plain_file(tmp_path, unload, capsys):
     code = main(["compare", "--plugin", str(plugin), "--selectors", "random", "largest-loss", "--out", str(out), *FAST])
     assert code == 0, capsys.readouterr().err
     mine, theirs = _result(out, "largest-loss__seed0.json"), _result(out, "random__seed0.json")
-    assert mine["settings"]["plugins"] == [{"path": str(plugin), "sha256": plugins._file_sha256(plugin)}]
+    assert mine["settings"]["plugins"] == [{"file": plugin.name, "sha256": plugins._file_sha256(plugin)}]
     assert "plugins" not in theirs["settings"]  # a run that does not use the plugin keeps its usual key
     assert mine["history"]["rounds"][0]["costs"]["scalars_up"] > 0  # it asked the oracle for losses
     # Editing the plugin is a settings change of its runs only.

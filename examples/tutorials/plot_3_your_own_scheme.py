@@ -316,7 +316,7 @@ plt.show()
 # --------------------------------------
 # A registered name is recorded as given. A class or an instance is recorded as
 # ``module:qualname`` with all its parameters, and when its module was loaded with
-# ``load_plugin`` (or ``--plugin``), with the file's path and a hash of its content:
+# ``load_plugin`` (or ``--plugin``), with the file's name and a hash of its content:
 
 for path in sorted((out_dir / "runs").glob("*__seed0.json")):
     saved = json.loads(path.read_text().replace(str(workdir), "<workdir>"))

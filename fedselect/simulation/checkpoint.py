@@ -186,8 +186,23 @@ def _canonical(value: Any) -> Any:
     if hasattr(value, "tobytes") and hasattr(value, "dtype") and hasattr(value, "shape"):  # arrays, by content
         digest = hashlib.sha256(value.tobytes()).hexdigest()[:16]
         return f"<array {value.dtype} {tuple(value.shape)} sha256:{digest}>"
+    if hasattr(value, "state_dict") and hasattr(value, "named_parameters"):  # a torch module: class, weights, options
+        digest = hashlib.sha256()
+        for name, tensor in sorted(value.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        options = {k: v for k, v in sorted(vars(value).items())
+                   if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
+        return (f"<module {type(value).__module__}.{type(value).__qualname__} {_ADDRESS.sub('', repr(value))} "
+                f"{options} weights sha256:{digest.hexdigest()[:16]}>")
     if callable(value) and hasattr(value, "__qualname__"):
         return f"<callable {getattr(value, '__module__', '?')}.{value.__qualname__}{_code_digest(value)}>"
+    if hasattr(value, "get_state") and type(value).__name__ == "RandomState":  # numpy legacy random state
+        state = value.get_state()
+        digest = hashlib.sha256(repr((state[0], state[1].tobytes(), state[2:])).encode()).hexdigest()[:16]
+        return f"<RandomState sha256:{digest}>"
+    if hasattr(value, "bit_generator"):  # numpy Generator
+        return f"<Generator sha256:{hashlib.sha256(repr(value.bit_generator.state).encode()).hexdigest()[:16]}>"
     if hasattr(value, "get_params") and callable(value.get_params):
         params = value.get_params(deep=False)
         return {"<class>": type(value).__qualname__, **{k: _canonical(v) for k, v in params.items()}}
