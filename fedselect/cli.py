@@ -492,8 +492,14 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         files.append(out / "paired.md")
         print(f"\npaired by seed against {args.paired}:\n{paired}")
     print("\nwritten: " + ", ".join(str(f) for f in files), file=sys.stderr)
-    print(f"(these summaries cover the schemes of this command: {', '.join(comp.histories)}; the runs of other "
-          f"schemes saved in {out / 'runs'} stay there and return with their --selectors)", file=sys.stderr)
+    from .compare import _slug, run_files
+
+    mine = {_slug(label) for label in comp.histories} | {_slug(label) for label in comp.failed}
+    others = sorted({f.name.split("__seed")[0] for f in run_files(out / "runs")} - mine)
+    if others:
+        print(f"(these summaries cover the schemes of this command: {', '.join(comp.histories)}; the runs of "
+              f"{', '.join(others)} saved in {out / 'runs'} stay there and return with their --selectors)",
+              file=sys.stderr)
     n_failed = sum(len(v) for v in comp.failed.values())
     if n_failed:
         print(f"{n_failed} run(s) failed (see the table's last column and {out}/runs/); they stay failed on a rerun "
