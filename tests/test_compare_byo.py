@@ -225,12 +225,13 @@ def test_keys_of_callable_module_and_random_state_values_are_stable_across_proce
         print(_key(run_settings({"dataset": "digits"}, {"loss": huber, "model": lin}, sel, 0)))
         torch.manual_seed(1)
         print(_key(run_settings({"dataset": "digits"}, {"loss": huber, "model": torch.nn.Linear(64, 10)}, sel, 0)))
+        print(_key(run_settings({"dataset": "digits"}, {"model": torch.nn.Linear}, "random", 0)))
         print(_key(run_settings({"dataset": "digits"}, {"loss": torch.nn.HuberLoss(delta=0.1)}, "random", 0)),
               _key(run_settings({"dataset": "digits"}, {"loss": torch.nn.HuberLoss(delta=1.0)}, "random", 0)))
     ''')
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
             for _ in range(2)]
     assert runs[0] == runs[1]  # no memory address in any key: a rerun in a new process resumes
-    first, other_weights, huber_01, huber_1 = runs[0]
+    first, other_weights, _module_class, huber_01, huber_1 = runs[0]
     assert first != other_weights  # a module with other weights is another setting
     assert huber_01 != huber_1  # a loss module's options count

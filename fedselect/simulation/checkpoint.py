@@ -186,7 +186,8 @@ def _canonical(value: Any) -> Any:
     if hasattr(value, "tobytes") and hasattr(value, "dtype") and hasattr(value, "shape"):  # arrays, by content
         digest = hashlib.sha256(value.tobytes()).hexdigest()[:16]
         return f"<array {value.dtype} {tuple(value.shape)} sha256:{digest}>"
-    if hasattr(value, "state_dict") and hasattr(value, "named_parameters"):  # a torch module: class, weights, options
+    if (not isinstance(value, type) and hasattr(value, "state_dict")
+            and hasattr(value, "named_parameters")):  # a torch module instance: class, weights, options
         digest = hashlib.sha256()
         for name, tensor in sorted(value.state_dict().items()):
             digest.update(name.encode())
