@@ -555,8 +555,8 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-_SPEC_HELP = ("a registered name (e.g. 'random'), a (name, params) pair, a BaseSelector instance, a BaseSelector "
-              "subclass or a (class, params) pair")
+_SELECTOR_FORMS_HELP = ("a registered name (e.g. 'random'), a (name, params) pair, a BaseSelector instance, "
+                        "a BaseSelector subclass or a (class, params) pair")
 
 
 def _check_param_names(cls: type, params: Mapping[str, Any], shown: str) -> None:
@@ -592,7 +592,7 @@ def as_selector_spec(spec: Any) -> SelectorSpec:
         if isinstance(what, type) and issubclass(what, BaseSelector):
             _check_param_names(what, params, what.__name__)
             return SelectorSpec(what, params)
-    raise TypeError(f"selector {spec!r:.80} ({type(spec).__name__}) is not a selector; expected {_SPEC_HELP}")
+    raise TypeError(f"selector {spec!r:.80} ({type(spec).__name__}) is not a selector; expected {_SELECTOR_FORMS_HELP}")
 
 
 def is_selector_spec_shape(value: Any) -> bool:
