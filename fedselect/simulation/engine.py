@@ -531,6 +531,17 @@ class Engine:
         self.model.train()
         if dropout_seed is not None:
             torch.manual_seed(dropout_seed)
+        if self._plan is not None:  # the hand-batched chain: only the clients with steps left compute
+            try:
+                final = self._sgd_chain(
+                    params, idx, mask, _lr_rows([float(lr)], [C]),
+                    functools.partial(_global_dropout_masks, C, B),
+                    weight_decay=weight_decay, prox_mu=prox_mu, momentum=momentum, nesterov=nesterov,
+                )
+            finally:
+                self.model.train(was_training)
+            deltas = (final - anchor).detach()
+            return (deltas, bufs) if return_buffers else deltas
         try:
             for s in range(S):
                 ix = idx_t[s]
@@ -555,6 +566,127 @@ class Engine:
             self.model.train(was_training)
         deltas = (params - anchor).detach()
         return (deltas, bufs) if return_buffers else deltas
+
+    def _sgd_padded(
+        self,
+        start: torch.Tensor,
+        idx: np.ndarray,
+        mask: np.ndarray,
+        lr_rows: torch.Tensor,
+        *,
+        weight_decay: float,
+        prox_mu: float,
+        momentum: float,
+        nesterov: bool,
+    ) -> torch.Tensor:
+        """Local SGD of N clients from ``start`` (N, D) on the vmapped path, every client padded at every step
+        (:meth:`train`'s stateless path; used for several runs of a model that draws no random numbers)."""
+        N, B = start.shape[0], idx.shape[2]
+        idx_t = torch.from_numpy(idx)
+        mask_t = torch.from_numpy(mask)
+        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32))
+        denom = mask_t.sum(2).clamp_min(1.0)
+        params = start.clone()
+        velocity: torch.Tensor | None = None
+        self.model.train()
+        for step in range(idx.shape[0]):
+            ix = idx_t[step]
+            p_ = params.requires_grad_(True)
+            out = self._forward_all(p_, self.X[ix])
+            losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(N, B)
+            objective = ((losses * mask_t[step]).sum(1) / denom[step]).sum()
+            (g,) = torch.autograd.grad(objective, p_)
+            with torch.no_grad():
+                if weight_decay:
+                    g = g + weight_decay * params
+                if prox_mu:
+                    g = g + prox_mu * (params - start)
+                if momentum:
+                    velocity = g if velocity is None else momentum * velocity + g
+                    g = g + momentum * velocity if nesterov else velocity
+                params = params.detach() - lr_rows * active[step].unsqueeze(1) * g
+        return params.detach()
+
+    def _sgd_chain(
+        self,
+        start: torch.Tensor,
+        idx: np.ndarray,
+        mask: np.ndarray,
+        lr_rows: torch.Tensor,
+        masks: Callable[[int, int, float, int], torch.Tensor],
+        *,
+        weight_decay: float,
+        prox_mu: float,
+        momentum: float,
+        nesterov: bool,
+    ) -> torch.Tensor:
+        """Local SGD of N clients of a linear chain from ``start`` (N, D); their parameters afterwards.
+
+        The arithmetic of :meth:`train`'s padded path, restricted at each step to the clients
+        that still have a minibatch: clients are ordered by their number of steps (longest
+        first), so the clients active at step s are the first k_s rows and a finished client
+        costs nothing. Every client's numbers are those of the padded path (its rows of each
+        batched product, its own loss and gradient, its update; a finished client never moves
+        there either), and the dropout masks are drawn for all N clients at every step, as the
+        padded path draws them, by ``masks(step, layer, p, width)`` (shape ``(N, B, width)``,
+        scaled by 1 / (1 - p)), then restricted to the active rows.
+        """
+        N = start.shape[0]
+        n_steps = (mask.sum(axis=2) > 0).sum(axis=0)  # (N,): steps are a prefix of each client's round
+        order = np.argsort(-n_steps, kind="stable")
+        identity = bool((order == np.arange(N)).all())
+        sorted_steps = n_steps[order]
+        idx_t = torch.from_numpy(np.ascontiguousarray(idx[:, order]))
+        mask_o = np.ascontiguousarray(mask[:, order])
+        mask_t = torch.from_numpy(mask_o)
+        active = torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32))  # (S, N)
+        denom = mask_t.sum(2).clamp_min(1.0)
+        order_t = torch.from_numpy(order)
+        params = start[order_t] if not identity else start.clone()
+        anchor = params.clone() if prox_mu else None
+        lr_o = lr_rows[order_t]
+        drop = [float(arg) for kind, arg in (self._plan or ()) if kind == "dropout"]  # type: ignore[arg-type]
+        velocity: torch.Tensor | None = None
+        B = idx.shape[2]
+        self.model.train()
+        for step in range(idx.shape[0]):
+            k = int((sorted_steps > step).sum())
+            if k == 0:
+                continue
+            rows = order_t[:k]
+
+            def noise(layer: int, h: torch.Tensor, step: int = step, k: int = k, rows: torch.Tensor = rows
+                      ) -> torch.Tensor | None:
+                p = drop[layer]
+                if p == 0.0:
+                    return None  # F.dropout draws nothing and returns its input
+                if p == 1.0:
+                    return h.new_zeros(())
+                full = masks(step, layer, p, h.shape[2])  # (N, B, width), in the clients' given order
+                return full if (identity and k == N) else full[rows]
+
+            ix = idx_t[step, :k]
+            p_ = params[:k].detach().requires_grad_(True)
+            out = self._forward_chain(p_, self.X[ix], noise)
+            losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(k, B)
+            objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
+            (g,) = torch.autograd.grad(objective, p_)
+            with torch.no_grad():
+                cur = params[:k]
+                if weight_decay:
+                    g = g + weight_decay * cur
+                if prox_mu:
+                    assert anchor is not None
+                    g = g + prox_mu * (cur - anchor[:k])
+                if momentum:
+                    velocity = g if velocity is None else momentum * velocity[:k] + g
+                    g = g + momentum * velocity if nesterov else velocity
+                params[:k] = cur - lr_o[:k] * active[step, :k].unsqueeze(1) * g
+        if identity:
+            return params
+        out_params = torch.empty_like(params)
+        out_params[order_t] = params
+        return out_params
 
     # -- several runs at once ---------------------------------------------------------
     def batch_support(self) -> str | None:
@@ -662,56 +794,29 @@ class Engine:
                 for s, x in enumerate(bs):
                     idx[s, row, : len(x)] = x
                     mask[s, row, : len(x)] = 1.0
-        idx_t = torch.from_numpy(idx)
-        mask_t = torch.from_numpy(mask)
-        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32))  # (S, N)
-        denom = mask_t.sum(2).clamp_min(1.0)
         start = torch.cat([thetas[r].detach().unsqueeze(0).expand(sizes[r], -1) for r in range(R)])
-        params = start.clone()
-        # float32(lr_r) per row: what `lr * active` gives in train() for a Python float lr
-        lr_rows = torch.cat([torch.full((sizes[r], 1), float(lrs[r]), dtype=torch.float32) for r in range(R)])
-        drop_p = [float(arg) for kind, arg in (self._plan or ()) if kind == "dropout"]  # type: ignore[arg-type]
-
-        def noise(step: int, layer: int, h: torch.Tensor) -> torch.Tensor | None:
-            p = drop_p[layer]
-            if p == 0.0:
-                return None  # F.dropout draws nothing and returns its input
-            if p == 1.0:
-                return h.new_zeros(())
-            out = h.new_ones(h.shape)
-            for r in range(R):
-                if step < run_steps[r] and sizes[r]:
-                    shape = (sizes[r], run_width[r], h.shape[2])
-                    m = torch.empty(shape, dtype=h.dtype).bernoulli_(1 - p, generator=gens[r]).div_(1 - p)
-                    out[offsets[r] : offsets[r + 1], : run_width[r]] = m
-            return out
-
-        velocity: torch.Tensor | None = None
+        lr_rows = _lr_rows([float(x) for x in lrs], sizes)
         was_training = self.model.training
-        self.model.train()
         try:
-            for step in range(S):
-                ix = idx_t[step]
-                p_ = params.requires_grad_(True)
-                if self._plan is not None:
-                    out = self._forward_chain(p_, self.X[ix], functools.partial(noise, step))
-                else:
-                    out = self._forward_all(p_, self.X[ix])
-                losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(N, B)
-                objective = ((losses * mask_t[step]).sum(1) / denom[step]).sum()
-                (g,) = torch.autograd.grad(objective, p_)
-                with torch.no_grad():
-                    if weight_decay:
-                        g = g + weight_decay * params
-                    if prox_mu:
-                        g = g + prox_mu * (params - start)
-                    if momentum:
-                        velocity = g if velocity is None else momentum * velocity + g
-                        g = g + momentum * velocity if nesterov else velocity
-                    params = params.detach() - lr_rows * active[step].unsqueeze(1) * g
+            if self._plan is not None:
+
+                def masks(step: int, layer: int, p: float, width: int) -> torch.Tensor:
+                    # run r's mask has its own shape (C_r, B_r, width), drawn only while run r has steps left
+                    out = torch.ones((N, B, width))
+                    for r in range(R):
+                        if step < run_steps[r] and sizes[r]:
+                            m = torch.empty((sizes[r], run_width[r], width)).bernoulli_(1 - p, generator=gens[r])
+                            out[offsets[r] : offsets[r + 1], : run_width[r]] = m.div_(1 - p)
+                    return out
+
+                final = self._sgd_chain(start, idx, mask, lr_rows, masks, weight_decay=weight_decay,
+                                        prox_mu=prox_mu, momentum=momentum, nesterov=nesterov)
+            else:
+                final = self._sgd_padded(start, idx, mask, lr_rows, weight_decay=weight_decay, prox_mu=prox_mu,
+                                         momentum=momentum, nesterov=nesterov)
         finally:
             self.model.train(was_training)
-        deltas = (params - start).detach()
+        deltas = (final - start).detach()
         return [deltas[offsets[r] : offsets[r + 1]] for r in range(R)], [g.get_state() for g in gens]
 
     @torch.no_grad()
@@ -853,6 +958,20 @@ class Engine:
         """(test loss, test accuracy) of ``flat`` (with ``buffers``); the accuracy is None for float targets."""
         losses, correct = self._per_sample(flat, self.X_test, self.y_test, buffers)
         return float(losses.double().mean()), (None if correct is None else float(correct.double().mean()))
+
+
+def _lr_rows(lrs: Sequence[float], sizes: Sequence[int]) -> torch.Tensor:
+    """Each client's step size as a float32 column: float32(lr), what ``lr * tensor`` multiplies by for a
+    Python float ``lr`` (an lr beyond float32's range becomes inf, as it does there)."""
+    values = np.repeat(np.asarray(lrs, dtype=np.float64), np.asarray(sizes, dtype=np.int64))
+    with np.errstate(over="ignore"):
+        return torch.from_numpy(values.astype(np.float32).reshape(-1, 1))
+
+
+def _global_dropout_masks(n: int, b: int, step: int, layer: int, p: float, width: int) -> torch.Tensor:
+    """The scaled mask ``F.dropout`` multiplies an ``(n, b, width)`` activation by, drawn from torch's global
+    generator exactly as ``F.dropout`` draws it on the CPU (``bernoulli_(1 - p)``, then ``div_(1 - p)``)."""
+    return torch.empty((n, b, width)).bernoulli_(1 - p).div_(1 - p)
 
 
 def _check_model(model: nn.Module) -> None:
