@@ -902,21 +902,17 @@ def resolve_batch_seeds(batch_seeds: Any, n_seeds: int) -> int:
 def _batches(todo: Sequence[tuple[Any, ...]], size: int) -> list[list[int]]:
     """Indices of ``todo`` (ordered seed by seed) grouped into runs of one label, up to ``size`` seeds each.
 
-    Groups follow the seeds in chunks (the first ``size`` seeds with work left, every label,
-    then the next chunk), so one chunk's federations serve all its labels.
+    Each label's seeds with work left are cut into chunks of ``size`` in seed order; the groups
+    go chunk by chunk (every label's first chunk, then every label's second, ...), so the
+    labels of one chunk usually share its federations.
     """
-    seeds: list[Any] = []
-    for item in todo:
-        if item[0] not in seeds:
-            seeds.append(item[0])
+    by_label: dict[Any, list[int]] = {}
+    for i, item in enumerate(todo):
+        by_label.setdefault(item[1], []).append(i)
+    chunks = {label: [idx[c : c + size] for c in range(0, len(idx), size)] for label, idx in by_label.items()}
     out: list[list[int]] = []
-    for c in range(0, len(seeds), size):
-        chunk = set(seeds[c : c + size])
-        by_label: dict[str, list[int]] = {}
-        for i, item in enumerate(todo):
-            if item[0] in chunk:
-                by_label.setdefault(item[1], []).append(i)
-        out.extend(by_label.values())
+    for c in range(max((len(v) for v in chunks.values()), default=0)):
+        out.extend(v[c] for v in chunks.values() if c < len(v))
     return out
 
 
@@ -1202,6 +1198,16 @@ def run_comparison(
             for group in _batches(todo, batch):
                 seeds_g = [todo[i][0] for i in group]
                 label = todo[group[0]][1]
+                if len(group) == 1:  # a seed left alone: the usual run
+                    seed, ckpt = seeds_g[0], todo[group[0]][5]
+                    if seed not in feds:
+                        feds = {seed: source.build(seed)}
+                    if bar is not None:
+                        bar.set_description(f"{label} seed {seed}")
+                    if ckpt is not None and checkpoint_every and (ckpt / "checkpoint.pkl").exists():
+                        log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
+                    finish(group[0], grid.run(label, seed, ckpt, fed=feds[seed], progress=bars))
+                    continue
                 if not set(seeds_g) <= set(feds):  # the next chunk of seeds: its federations, and only those
                     kept = {sd: f for sd, f in feds.items() if sd in seeds_g}
                     feds = {}
