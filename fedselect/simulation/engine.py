@@ -648,6 +648,8 @@ class Engine:
         drop = [float(arg) for kind, arg in (self._plan or ()) if kind == "dropout"]  # type: ignore[arg-type]
         velocity: torch.Tensor | None = None
         B = idx.shape[2]
+        xbuf = self.X.new_empty((N * B, *self.X.shape[1:]))
+        tmp = torch.empty_like(params)
         self.model.train()
         for step in range(idx.shape[0]):
             k = int((sorted_steps > step).sum())
@@ -665,23 +667,32 @@ class Engine:
                 full = masks(step, layer, p, h.shape[2])  # (N, B, width), in the clients' given order
                 return full if (identity and k == N) else full[rows]
 
-            ix = idx_t[step, :k]
+            ix = idx_t[step, :k].reshape(-1)
+            x = torch.index_select(self.X, 0, ix, out=xbuf[: k * B]).view(k, B, *self.X.shape[1:])
             p_ = params[:k].detach().requires_grad_(True)
-            out = self._forward_chain(p_, self.X[ix], noise)
-            losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(k, B)
+            out = self._forward_chain(p_, x, noise)
+            losses = self._losses(out.flatten(0, 1), self.y[ix]).view(k, B)
             objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
             (g,) = torch.autograd.grad(objective, p_)
+            # The update in place, into buffers kept across steps (each operation as the padded path writes it
+            # out of place, so the same numbers; fresh tensors of this size would cost page faults every step).
             with torch.no_grad():
-                cur = params[:k]
+                cur, t = params[:k], tmp[:k]
                 if weight_decay:
-                    g = g + weight_decay * cur
+                    g.add_(torch.mul(cur, weight_decay, out=t))
                 if prox_mu:
                     assert anchor is not None
-                    g = g + prox_mu * (cur - anchor[:k])
+                    g.add_(torch.sub(cur, anchor[:k], out=t).mul_(prox_mu))
                 if momentum:
-                    velocity = g if velocity is None else momentum * velocity[:k] + g
-                    g = g + momentum * velocity if nesterov else velocity
-                params[:k] = cur - lr_o[:k] * active[step, :k].unsqueeze(1) * g
+                    if velocity is None:
+                        velocity = g.clone()
+                    else:
+                        velocity[:k].mul_(momentum).add_(g)
+                    if nesterov:
+                        g.add_(torch.mul(velocity[:k], momentum, out=t))
+                    else:
+                        g = velocity[:k]
+                cur.sub_(torch.mul(g, lr_o[:k] * active[step, :k].unsqueeze(1), out=t))
         if identity:
             return params
         out_params = torch.empty_like(params)
