@@ -714,7 +714,7 @@ class Engine:
 
         if self.stateful:
             return f"the model {type(self.model).__name__} has buffers or normalisation layers (batch norm)"
-        if self._plan is None and not isinstance(self.model, FedCorCNN):
+        if self._plan is None and type(self.model) is not FedCorCNN:
             return (f"the model {type(self.model).__name__} is not one the engine can batch across runs exactly (the "
                     "built-in logistic, mlp and cnn models, or a module built by them)")
         return None

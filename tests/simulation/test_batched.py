@@ -192,3 +192,42 @@ def test_a_model_that_cannot_be_batched_runs_alone_with_a_note_and_equals_fit_bi
 def test_fit_runs_checks_its_arguments():
     with pytest.raises(ValueError, match="2 trainers but 1 federations"):
         batched.fit_runs([FederatedTrainer(), FederatedTrainer()], _feds()[:1])
+
+
+def test_the_cnn_and_logistic_models_batch_too():
+    from fedselect.simulation.engine import LocalSchedule
+    from fedselect.simulation.models import FedCorCNN, LogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 3, size=60)
+    clients = [np.arange(i, 60, 6) for i in range(6)]
+    for make in (lambda: FedCorCNN((1, 28, 28), 3), lambda: LogisticRegression((1, 28, 28), 3)):
+        torch.manual_seed(0)
+        eng = Engine(make(), X, y, clients, X[:20], y[:20])
+        assert eng.batch_support() is None
+        theta = eng.initial_parameters()
+        thetas = [theta, theta * 0.9]
+        batches = [eng.client_batches(clients, LocalSchedule(4, steps=2), s, 0, [s, s + 2]) for s in range(2)]
+        deltas, _ = eng.train_runs(thetas, batches, lrs=[0.1, 0.05], dropout_seeds=[1, 2])
+        for r in range(2):
+            alone = eng.train(thetas[r], batches[r], lr=[0.1, 0.05][r], dropout_seed=[1, 2][r])
+            torch.testing.assert_close(deltas[r], alone, rtol=1e-5, atol=1e-6)
+        for (loss, acc), theta_r in zip(eng.test_runs(thetas), thetas):
+            ref = eng.test(theta_r)
+            assert loss == pytest.approx(ref[0], rel=1e-5) and acc == pytest.approx(ref[1])
+
+
+def test_a_cnn_subclass_is_not_assumed_to_draw_no_random_numbers():
+    from fedselect.simulation.models import FedCorCNN
+
+    class Noisy(FedCorCNN):
+        def forward(self, x):
+            return F.dropout(super().forward(x), 0.5, training=self.training)
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 1, 28, 28)).astype(np.float32)
+    eng = Engine(Noisy((1, 28, 28), 3), X, rng.integers(0, 3, size=12), [np.arange(12)], X, np.zeros(12, int))
+    assert "is not one the engine can batch" in eng.batch_support()
+    with pytest.raises(ValueError, match=r"Engine\.train_runs: the model Noisy is not one the engine can batch"):
+        eng.train_runs([eng.initial_parameters()], [[[np.arange(4)]]], lrs=[0.1], dropout_seeds=[0])
