@@ -143,3 +143,21 @@ def test_cli_batch_seeds(tmp_path, monkeypatch):
                  "--no-progress", "--out", str(out)]) == 0
     assert seen == {"batch_seeds": True}
     assert {json.loads(p.read_text())["machine"]["batch_seeds"] for p in (out / "runs").glob("*.json")} == {2}
+
+
+def test_federations_of_one_recipe_share_their_data_arrays():
+    import dataclasses
+
+    from fedselect.compare import share_pools
+    from fedselect.data import make_federation
+
+    feds = [make_federation(**FEDERATION, random_state=s) for s in SEEDS]
+    iid = make_federation("digits", partition="iid", n_clients=10, holdout=0.5, random_state=0)  # same pool
+    other = dataclasses.replace(feds[0], X=feds[0].X * 2)  # other data
+    assert feds[0].X is not feds[1].X
+    shared = share_pools([*feds, iid, other])
+    assert shared[1].X is shared[0].X and shared[2].X_test is shared[0].X_test and shared[3].X is shared[0].X
+    assert shared[4].X is other.X
+    for a, b in zip([*feds, iid], shared):  # the same federations: data and client split
+        assert all(np.array_equal(x, y) for x, y in zip(a.client_indices, b.client_indices))
+        assert np.array_equal(a.X, b.X) and a.metadata == b.metadata
