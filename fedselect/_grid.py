@@ -233,6 +233,28 @@ def _run_cell(label: str, seed: int, ckpt: Path | None) -> Any:
     return grid.run(label, seed, ckpt, fed=fed, progress=False)
 
 
+def _run_group(cells: Sequence[Cell]) -> list[Any]:
+    """The outcomes of cells of one label: one cell as :func:`_run_cell`, several as one batch of seeds."""
+    if len(cells) == 1:
+        return [_run_cell(*cells[0])]
+    from .compare import share_pools
+
+    grid = _STATE["grid"]
+    seeds = [seed for _label, seed, _ckpt in cells]
+    cached = dict(_STATE.get("feds", {}))
+    _STATE["feds"] = {}
+    feds = dict(zip(seeds, share_pools([cached[s] if s in cached else grid.source.build(s) for s in seeds])))
+    _STATE["feds"] = feds  # the next group is usually another label of the same seeds
+    outcomes: list[Any] = [None] * len(cells)
+
+    def keep(j: int, outcome: Any) -> None:
+        outcomes[j] = outcome
+
+    grid.run_batch(cells[0][0], seeds, [ckpt for _label, _seed, ckpt in cells], feds=[feds[s] for s in seeds],
+                   finish=keep, log=lambda msg: print(msg, file=sys.stderr))
+    return outcomes
+
+
 def _watch_parent(parent: int) -> None:
     while True:
         time.sleep(1.0)
@@ -256,11 +278,11 @@ def _init_worker(token: str, sources: bytes, payload: bytes, threads: int, paren
         _STATE["start_error"] = f"{type(exc).__name__}: {exc}"
 
 
-def _run_in_worker(label: str, seed: int, ckpt: Path | None) -> Any:
+def _run_in_worker(cells: Sequence[Cell]) -> list[Any]:
     if "start_error" in _STATE:
         raise RuntimeError(f"a worker process of the comparison could not load its plugins or the comparison's "
                            f"schemes, federation and trainer options: {_STATE['start_error']}")
-    return _run_cell(label, seed, ckpt)
+    return _run_group(cells)
 
 
 def _run_on_ray(token: str, sources: bytes, payload: bytes, threads: int, label: str, seed: int,
@@ -298,20 +320,24 @@ class _ProcessRunner:
     def describe(self) -> str:
         return f"{self.jobs} at once, {self.threads} thread{'s' if self.threads > 1 else ''} each"
 
-    def run(self, cells: Sequence[Cell], finish: Finish) -> None:
+    def run(self, cells: Sequence[Cell], finish: Finish, groups: Sequence[Sequence[int]] | None = None) -> None:
+        """Run ``cells``, one task per cell, or one task per group of cell indices (batched seeds)."""
         from concurrent.futures import ProcessPoolExecutor, as_completed
         from concurrent.futures.process import BrokenProcessPool
 
+        tasks = [list(g) for g in groups] if groups is not None else [[i] for i in range(len(cells))]
         ex = ProcessPoolExecutor(
-            max_workers=min(self.jobs, len(cells)), mp_context=_mp_context(), initializer=_init_worker,
+            max_workers=min(self.jobs, len(tasks)), mp_context=_mp_context(), initializer=_init_worker,
             initargs=(self.token, self.sources, self.payload, self.threads, os.getpid()),
         )
-        futures: dict[Any, int] = {}
+        futures: dict[Any, list[int]] = {}
+        cells = _absolute(cells)
         try:
-            for i, (label, seed, ckpt) in enumerate(_absolute(cells)):
-                futures[ex.submit(_run_in_worker, label, seed, ckpt)] = i
+            for task in tasks:
+                futures[ex.submit(_run_in_worker, [cells[i] for i in task])] = task
             for fut in as_completed(futures):
-                finish(futures[fut], fut.result())
+                for i, outcome in zip(futures[fut], fut.result()):
+                    finish(i, outcome)
         except BrokenProcessPool as exc:
             _stop(ex, futures)
             raise RuntimeError(
@@ -324,7 +350,7 @@ class _ProcessRunner:
         ex.shutdown(wait=True)
 
 
-def _stop(ex: Any, futures: dict[Any, int]) -> None:
+def _stop(ex: Any, futures: dict[Any, Any]) -> None:
     """Cancel what has not started and end the workers now (no orphans, no waiting for running cells)."""
     for fut in futures:
         fut.cancel()
@@ -353,7 +379,8 @@ class _RayRunner:
     def describe(self) -> str:
         return f"Ray, {self.threads} CPU{'s' if self.threads > 1 else ''} per run"
 
-    def run(self, cells: Sequence[Cell], finish: Finish) -> None:
+    def run(self, cells: Sequence[Cell], finish: Finish, groups: Sequence[Sequence[int]] | None = None) -> None:
+        """Run each cell as a Ray task (``groups`` is not used: run_comparison does not batch seeds on Ray)."""
         ray = _import_ray(self.address)
         started = False
         if not ray.is_initialized():

@@ -475,6 +475,7 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         overwrite=args.overwrite, progress=not args.no_progress, paper=preset.paper if not args.selectors else None,
         title=preset.description.split(":")[0] if preset_name else "", retry_failed=args.retry_failed,
         checkpoint_every=args.checkpoint_every, jobs=args.jobs, ray_address=args.ray,
+        batch_seeds=args.batch_seeds,
     )
     if getattr(args, "compress", False):
         from .compare import compress_runs
@@ -594,6 +595,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "threads (keep N x threads within the cores); 0 or auto: one run per core, cores // --threads "
                        f"(here {_cores()} core(s)). Results, result files and resuming are those of a serial run; "
                        "one progress bar counts the whole grid (default: 1, one run after another)")
+        p.add_argument("--batch-seeds", type=_non_negative, nargs="?", const=True, default=False, metavar="N",
+                       help="train the seeds of each scheme together as one computation: each round, all seeds' "
+                       "chosen clients in one batched step and all seeds' models in one pass over the test set; "
+                       "each run keeps its own selector, random streams, history and result file (results equal "
+                       "the one-at-a-time runs' up to float rounding). Without N all seeds of a scheme at once, "
+                       "with N up to N at a time. Models other than the built-in logistic, mlp and cnn, and batch "
+                       "norm, train one run at a time with a note. With --jobs, each process trains one batch at a "
+                       "time (default: off)")
         p.add_argument("--ray", metavar="ADDRESS",
                        help="run each (scheme, seed) as a task on a Ray cluster, --threads CPUs each: auto (the "
                        "cluster this machine is part of), ray://HOST:PORT, or local (start Ray on this machine); "

@@ -811,6 +811,111 @@ class _Grid:
         )
 
 
+    def run_batch(self, label: str, seeds: Sequence[int], ckpts: Sequence[Path | None], *, feds: Sequence[Any],
+                  finish: Callable[[int, _Outcome], None], log: Callable[[str], None] | None = None) -> None:
+        """Train scheme ``label`` with all of ``seeds`` in lockstep (:func:`fedselect.simulation.batched.fit_runs`).
+
+        Calls ``finish(j, outcome)`` the moment run j ends, with the outcome :meth:`run` would
+        give (``seconds`` is the run's wall time from the start of the batch; ``machine`` has
+        ``batch_seeds``, the number of runs batched). Errors of the environment propagate as in
+        :meth:`run`; a checkpoint of other settings with ``overwrite`` is deleted and its run
+        redone on its own.
+        """
+        from sklearn.base import clone
+
+        from .simulation.batched import fit_runs
+        from .simulation.trainer import FederatedTrainer
+
+        use = [ckpt is not None and bool(self.checkpoint_every) for ckpt in ckpts]
+        trainers = [
+            FederatedTrainer(
+                selector=clone(self.built[label]), random_state=int(seed), progress=False, **self.trainer_kw,
+                **({"checkpoint_dir": ckpt, "checkpoint_every": self.checkpoint_every} if u else {}),
+            )
+            for seed, ckpt, u in zip(seeds, ckpts, use)
+        ]
+        machine = {**machine_info(), "batch_seeds": len(seeds)}
+        start = time.perf_counter()
+
+        def done(j: int, exc: BaseException | None) -> None:
+            tr, fed = trainers[j], feds[j]
+            if isinstance(exc, CheckpointMismatchError) and self.overwrite:
+                _remove_tree(ckpts[j])
+                finish(j, self.run(label, int(seeds[j]), ckpts[j], fed=fed))
+                return
+            if isinstance(exc, (CheckpointMismatchError, OSError, MemoryError)):
+                raise exc  # the environment, not the run (as in run)
+            error = None
+            if exc is not None:
+                partial = getattr(tr, "history_", None)
+                completed = len(partial) if partial is not None else 0
+                error = {
+                    "type": type(exc).__name__, "message": str(exc),
+                    "round": int(getattr(exc, "round", completed)), "rounds_completed": completed,
+                    "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8)),
+                }
+            finish(j, _Outcome(
+                history=getattr(tr, "history_", None), error=error, seconds=time.perf_counter() - start,
+                machine=machine, diagnostics=_diagnostics(tr.selector_) if error is None else {},
+                n_clients=int(fed.n_clients),
+            ))
+
+        fit_runs(trainers, feds, on_finish=done, log=log)
+
+
+def share_pools(feds: Sequence[Any]) -> list[Any]:
+    """The federations with equal training pools and test sets sharing one array each (same content, less memory).
+
+    A federation recipe built for several seeds (``make_federation(random_state=seed)``) loads
+    the same data set each time into arrays of its own; batched seeds hold them all at once.
+    """
+    import dataclasses
+
+    out: list[Any] = []
+    for fed in feds:
+        for other in out:
+            if other.X is not fed.X and other.X.shape == fed.X.shape and np.array_equal(other.X, fed.X) \
+                    and np.array_equal(other.y, fed.y) and np.array_equal(other.X_test, fed.X_test) \
+                    and np.array_equal(other.y_test, fed.y_test):
+                fed = dataclasses.replace(fed, X=other.X, y=other.y, X_test=other.X_test, y_test=other.y_test)
+                break
+        out.append(fed)
+    return out
+
+
+def resolve_batch_seeds(batch_seeds: Any, n_seeds: int) -> int:
+    """How many seeds of one scheme train together: 1 (off), or the batch size ``batch_seeds`` asks for.
+
+    ``False``, ``None``, 0 and 1 are off; ``True`` batches every seed; an int N >= 2 batches up
+    to N seeds at a time.
+    """
+    if batch_seeds is None or batch_seeds is False:
+        return 1
+    if batch_seeds is True:
+        return max(1, int(n_seeds))
+    if isinstance(batch_seeds, numbers.Integral) and batch_seeds >= 0:
+        return max(1, min(int(batch_seeds), int(n_seeds)))
+    raise ValueError(f"run_comparison: batch_seeds={batch_seeds!r} must be False (off), True (all seeds of a scheme "
+                     "at once) or an integer N >= 2 (up to N seeds at once); 0 and 1 are off")
+
+
+def _batches(todo: Sequence[tuple[Any, ...]], size: int) -> list[list[int]]:
+    """Indices of ``todo`` (ordered seed by seed) grouped into runs of one label, up to ``size`` seeds each.
+
+    Each label's seeds with work left are cut into chunks of ``size`` in seed order; the groups
+    go chunk by chunk (every label's first chunk, then every label's second, ...), so the
+    labels of one chunk usually share its federations.
+    """
+    by_label: dict[Any, list[int]] = {}
+    for i, item in enumerate(todo):
+        by_label.setdefault(item[1], []).append(i)
+    chunks = {label: [idx[c : c + size] for c in range(0, len(idx), size)] for label, idx in by_label.items()}
+    out: list[list[int]] = []
+    for c in range(max((len(v) for v in chunks.values()), default=0)):
+        out.extend(v[c] for v in chunks.values() if c < len(v))
+    return out
+
+
 def run_comparison(
     selectors: SelectorsArg,
     *,
@@ -829,6 +934,7 @@ def run_comparison(
     checkpoint_every: int | None = 10,
     jobs: int | str = 1,
     ray_address: str | None = None,
+    batch_seeds: bool | int = False,
 ) -> Comparison:
     """Run every scheme with every seed on the same federations and training streams.
 
@@ -904,6 +1010,10 @@ def run_comparison(
         connection is used and left open. Each task asks for ``n_threads`` CPUs (default 1).
         Needs Ray (``pip install "fedselect[ray]"``); an ImportError names it otherwise.
         Not together with ``jobs`` other than 1.
+    batch_seeds : bool or int, default False
+        Train the runs of one scheme that differ only in their seed as one computation
+        (:func:`fedselect.simulation.batched.fit_runs`): ``True`` all its seeds at once, an
+        int N >= 2 up to N seeds at once, ``False`` (or 0, 1) one run at a time. See Notes.
 
     Returns
     -------
@@ -943,6 +1053,23 @@ def run_comparison(
     several machines, fedselect, the data sets, plugin files and ``out_dir`` (for the
     checkpoints) must be at the same paths on every node; without a shared ``out_dir`` a
     killed cell restarts from its first round, results being written here in any case.
+
+    **Batched seeds** (``batch_seeds``). The seeds of one scheme train in lockstep: each round,
+    the S runs' chosen clients (S x C of them, each starting from its own run's global model)
+    take their local steps as one batched computation, and the S new global models are tested
+    in one pass over the test data; each run keeps its own selector, oracle questions, random
+    streams, history, checkpoints and result file (written when the run ends; a rerun skips
+    the finished runs as always, and run keys do not depend on ``batch_seeds``). Histories
+    equal the unbatched runs' up to float rounding, and model-independent selectors (random,
+    round-robin, data-size) choose identical clients; see :mod:`fedselect.simulation.batched`
+    for what is batched and which runs can be. Runs whose model cannot be batched exactly
+    (batch norm, or a model other than the built-in ``logistic``, ``mlp`` and ``cnn``) train
+    one after another instead, with a line in ``log`` saying so. The federations of a batch
+    are held in memory at once; those built from one recipe share their data set arrays.
+    With ``jobs > 1`` each worker trains one batch at a time (a batch is one task); with
+    ``ray_address``, ``batch_seeds`` is ignored with a note (each run is a task). A result's
+    ``seconds`` is then its wall time from the start of its batch, and its ``machine`` records
+    ``batch_seeds``, the number of runs batched.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None
@@ -959,6 +1086,10 @@ def run_comparison(
     from ._grid import resolve_jobs
 
     n_jobs = resolve_jobs(jobs, trainer_kw.get("n_threads"), ray_address=ray_address)
+    batch = resolve_batch_seeds(batch_seeds, len(seeds))
+    if batch > 1 and ray_address is not None:
+        log(f"batch_seeds={batch_seeds!r} is ignored with ray_address: each run is a Ray task of its own")
+        batch = 1
     commit = _commit()
     if command is None:
         command = [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv and sys.argv[0] else []
@@ -1061,7 +1192,35 @@ def run_comparison(
             for seed, label, _name, _k, _path, ckpt, _settings in todo:
                 if ckpt is not None and checkpoint_every and (ckpt / "checkpoint.pkl").exists():
                     log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
-            parallel.run([(label, seed, ckpt) for seed, label, _n, _k, _p, ckpt, _s in todo], finish)
+            cells = [(label, seed, ckpt) for seed, label, _n, _k, _p, ckpt, _s in todo]
+            parallel.run(cells, finish, groups=_batches(todo, batch) if batch > 1 else None)
+        elif batch > 1:
+            for group in _batches(todo, batch):
+                seeds_g = [todo[i][0] for i in group]
+                label = todo[group[0]][1]
+                if len(group) == 1:  # a seed left alone: the usual run
+                    seed, ckpt = seeds_g[0], todo[group[0]][5]
+                    if seed not in feds:
+                        feds = {seed: source.build(seed)}
+                    if bar is not None:
+                        bar.set_description(f"{label} seed {seed}")
+                    if ckpt is not None and checkpoint_every and (ckpt / "checkpoint.pkl").exists():
+                        log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
+                    finish(group[0], grid.run(label, seed, ckpt, fed=feds[seed], progress=bars))
+                    continue
+                if not set(seeds_g) <= set(feds):  # the next chunk of seeds: its federations, and only those
+                    kept = {sd: f for sd, f in feds.items() if sd in seeds_g}
+                    feds = {}
+                    new = share_pools([kept[sd] if sd in kept else source.build(sd) for sd in seeds_g])
+                    feds = dict(zip(seeds_g, new))
+                if bar is not None:
+                    bar.set_description(f"{label} seeds {', '.join(map(str, seeds_g))} (batched)")
+                for i in group:
+                    seed, _label, _name, _k, _path, ckpt, _settings = todo[i]
+                    if ckpt is not None and checkpoint_every and (ckpt / "checkpoint.pkl").exists():
+                        log(f"{label} seed {seed}: continuing the interrupted run from its checkpoint")
+                grid.run_batch(label, seeds_g, [todo[i][5] for i in group], feds=[feds[sd] for sd in seeds_g],
+                               finish=lambda j, outcome, group=group: finish(group[j], outcome), log=log)
         else:
             for i, (seed, label, _name, _k, _path, ckpt, _settings) in enumerate(todo):
                 if seed not in feds:

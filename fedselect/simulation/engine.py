@@ -24,6 +24,7 @@ padded path above, unchanged.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -381,11 +382,19 @@ class Engine:
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         return {n: t.view(s) for n, t, s in zip(self.names, flat.split(self.numels), self.shapes)}
 
-    def _forward_chain(self, stacked: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Forward pass of C clients at once for a Flatten/Linear/ReLU/Dropout chain."""
+    def _forward_chain(
+        self, stacked: torch.Tensor, x: torch.Tensor, noise: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Forward pass of C clients at once for a Flatten/Linear/ReLU/Dropout chain.
+
+        ``noise(i, h)``, when given, returns the scaled dropout mask of the i-th dropout layer
+        for the activations ``h`` (what ``F.dropout`` multiplies ``h`` by); by default dropout
+        draws its masks from torch's global generator.
+        """
         C = stacked.shape[0]
         parts = dict(zip(self.names, stacked.split(self.numels, dim=1)))
         h = x.reshape(C, x.shape[1], -1)
+        n_dropout = 0
         for kind, arg in self._plan or ():
             if kind == "linear":
                 w_name, b_name, out_f, in_f = arg
@@ -397,7 +406,12 @@ class Engine:
             elif kind == "relu":
                 h = torch.relu(h)
             elif kind == "dropout":
-                h = F.dropout(h, arg, training=self.model.training)
+                if noise is not None and self.model.training:
+                    m = noise(n_dropout, h)
+                    h = h if m is None else h * m
+                else:
+                    h = F.dropout(h, arg, training=self.model.training)
+                n_dropout += 1
         return h
 
     def _forward(self, flat: torch.Tensor, x: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None
@@ -517,6 +531,17 @@ class Engine:
         self.model.train()
         if dropout_seed is not None:
             torch.manual_seed(dropout_seed)
+        if self._plan is not None:  # the hand-batched chain: only the clients with steps left compute
+            try:
+                final = self._sgd_chain(
+                    params, idx, mask, _lr_rows([float(lr)], [C]),
+                    functools.partial(_global_dropout_masks, C, B),
+                    weight_decay=weight_decay, prox_mu=prox_mu, momentum=momentum, nesterov=nesterov,
+                )
+            finally:
+                self.model.train(was_training)
+            deltas = (final - anchor).detach()
+            return (deltas, bufs) if return_buffers else deltas
         try:
             for s in range(S):
                 ix = idx_t[s]
@@ -541,6 +566,339 @@ class Engine:
             self.model.train(was_training)
         deltas = (params - anchor).detach()
         return (deltas, bufs) if return_buffers else deltas
+
+    def _sgd_padded(
+        self,
+        start: torch.Tensor,
+        idx: np.ndarray,
+        mask: np.ndarray,
+        lr_rows: torch.Tensor,
+        *,
+        weight_decay: float,
+        prox_mu: float,
+        momentum: float,
+        nesterov: bool,
+    ) -> torch.Tensor:
+        """Local SGD of N clients from ``start`` (N, D) on the vmapped path, every client padded at every step
+        (:meth:`train`'s stateless path; used for several runs of a model that draws no random numbers)."""
+        N, B = start.shape[0], idx.shape[2]
+        idx_t = torch.from_numpy(idx)
+        mask_t = torch.from_numpy(mask)
+        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32))
+        denom = mask_t.sum(2).clamp_min(1.0)
+        params = start.clone()
+        velocity: torch.Tensor | None = None
+        self.model.train()
+        for step in range(idx.shape[0]):
+            ix = idx_t[step]
+            p_ = params.requires_grad_(True)
+            out = self._forward_all(p_, self.X[ix])
+            losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(N, B)
+            objective = ((losses * mask_t[step]).sum(1) / denom[step]).sum()
+            (g,) = torch.autograd.grad(objective, p_)
+            with torch.no_grad():
+                if weight_decay:
+                    g = g + weight_decay * params
+                if prox_mu:
+                    g = g + prox_mu * (params - start)
+                if momentum:
+                    velocity = g if velocity is None else momentum * velocity + g
+                    g = g + momentum * velocity if nesterov else velocity
+                params = params.detach() - lr_rows * active[step].unsqueeze(1) * g
+        return params.detach()
+
+    def _sgd_chain(
+        self,
+        start: torch.Tensor,
+        idx: np.ndarray,
+        mask: np.ndarray,
+        lr_rows: torch.Tensor,
+        masks: Callable[[int, int, float, int], torch.Tensor],
+        *,
+        weight_decay: float,
+        prox_mu: float,
+        momentum: float,
+        nesterov: bool,
+    ) -> torch.Tensor:
+        """Local SGD of N clients of a linear chain from ``start`` (N, D); their parameters afterwards.
+
+        The arithmetic of :meth:`train`'s padded path, restricted at each step to the clients
+        that still have a minibatch: clients are ordered by their number of steps (longest
+        first), so the clients active at step s are the first k_s rows and a finished client
+        costs nothing. Every client's numbers are those of the padded path (its rows of each
+        batched product, its own loss and gradient, its update; a finished client never moves
+        there either), and the dropout masks are drawn for all N clients at every step, as the
+        padded path draws them, by ``masks(step, layer, p, width)`` (shape ``(N, B, width)``,
+        scaled by 1 / (1 - p)), then restricted to the active rows.
+        """
+        N = start.shape[0]
+        n_steps = (mask.sum(axis=2) > 0).sum(axis=0)  # (N,): steps are a prefix of each client's round
+        order = np.argsort(-n_steps, kind="stable")
+        identity = bool((order == np.arange(N)).all())
+        sorted_steps = n_steps[order]
+        idx_t = torch.from_numpy(np.ascontiguousarray(idx[:, order]))
+        mask_o = np.ascontiguousarray(mask[:, order])
+        mask_t = torch.from_numpy(mask_o)
+        active = torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32))  # (S, N)
+        denom = mask_t.sum(2).clamp_min(1.0)
+        order_t = torch.from_numpy(order)
+        params = start[order_t] if not identity else start.clone()
+        anchor = params.clone() if prox_mu else None
+        lr_o = lr_rows[order_t]
+        drop = [float(arg) for kind, arg in (self._plan or ()) if kind == "dropout"]  # type: ignore[arg-type]
+        velocity: torch.Tensor | None = None
+        B = idx.shape[2]
+        xbuf = self.X.new_empty((N * B, *self.X.shape[1:]))
+        tmp = torch.empty_like(params)
+        self.model.train()
+        for step in range(idx.shape[0]):
+            k = int((sorted_steps > step).sum())
+            if k == 0:
+                continue
+            rows = order_t[:k]
+
+            def noise(layer: int, h: torch.Tensor, step: int = step, k: int = k, rows: torch.Tensor = rows
+                      ) -> torch.Tensor | None:
+                p = drop[layer]
+                if p == 0.0:
+                    return None  # F.dropout draws nothing and returns its input
+                if p == 1.0:
+                    return h.new_zeros(())
+                full = masks(step, layer, p, h.shape[2])  # (N, B, width), in the clients' given order
+                return full if (identity and k == N) else full[rows]
+
+            ix = idx_t[step, :k].reshape(-1)
+            x = torch.index_select(self.X, 0, ix, out=xbuf[: k * B]).view(k, B, *self.X.shape[1:])
+            p_ = params[:k].detach().requires_grad_(True)
+            out = self._forward_chain(p_, x, noise)
+            losses = self._losses(out.flatten(0, 1), self.y[ix]).view(k, B)
+            objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
+            (g,) = torch.autograd.grad(objective, p_)
+            # The update in place, into buffers kept across steps (each operation as the padded path writes it
+            # out of place, so the same numbers; fresh tensors of this size would cost page faults every step).
+            with torch.no_grad():
+                cur, t = params[:k], tmp[:k]
+                if weight_decay:
+                    g.add_(torch.mul(cur, weight_decay, out=t))
+                if prox_mu:
+                    assert anchor is not None
+                    g.add_(torch.sub(cur, anchor[:k], out=t).mul_(prox_mu))
+                if momentum:
+                    if velocity is None:
+                        velocity = g.clone()
+                    else:
+                        velocity[:k].mul_(momentum).add_(g)
+                    if nesterov:
+                        g.add_(torch.mul(velocity[:k], momentum, out=t))
+                    else:
+                        g = velocity[:k]
+                cur.sub_(torch.mul(g, lr_o[:k] * active[step, :k].unsqueeze(1), out=t))
+        if identity:
+            return params
+        out_params = torch.empty_like(params)
+        out_params[order_t] = params
+        return out_params
+
+    # -- several runs at once ---------------------------------------------------------
+    def batch_support(self) -> str | None:
+        """Why this engine cannot train several runs as one computation (:meth:`train_runs`), or None if it can.
+
+        Supported: stateless models that the engine runs on its hand-batched path (a
+        Flatten/Linear/ReLU/Dropout chain: the built-in ``logistic`` and ``mlp``), whose dropout
+        masks can be drawn from each run's own generator exactly as the run alone draws them,
+        and the built-in ``cnn``, which draws no random numbers. Other models may draw random
+        numbers inside a vmapped forward (whose masks the engine cannot assign to runs) or
+        carry state (batch norm).
+        """
+        from .models import FedCorCNN
+
+        if self.stateful:
+            return f"the model {type(self.model).__name__} has buffers or normalisation layers (batch norm)"
+        if self._plan is None and type(self.model) is not FedCorCNN:
+            return (f"the model {type(self.model).__name__} is not one the engine can batch across runs exactly (the "
+                    "built-in logistic, mlp and cnn models, or a module built by them)")
+        return None
+
+    def batch_key(self) -> tuple[Any, ...]:
+        """What engines must share to train in one :meth:`train_runs` call (besides equal data)."""
+        return (type(self.model), tuple(self._plan or ()), tuple(self.names), tuple(map(tuple, self.shapes)),
+                self.loss if isinstance(self.loss, str) else id(self.loss), self.classification)
+
+    def train_runs(
+        self,
+        thetas: Sequence[torch.Tensor],
+        batches: Sequence[Sequence[Sequence[np.ndarray]]],
+        *,
+        lrs: Sequence[float],
+        dropout_seeds: Sequence[int],
+        weight_decay: float = 0.0,
+        prox_mu: float = 0.0,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Train the chosen clients of R runs (one global model each) in one batched computation.
+
+        Run r's clients all start from its own global model ``thetas[r]`` and train on
+        ``batches[r]`` (index arrays into this engine's ``X``) with step size ``lrs[r]``; the
+        R x C_r clients are stacked into one ``(sum_r C_r, D)`` tensor and every local step is
+        one forward and one backward pass for all of them, padded to the longest minibatch of
+        any run (padded samples and finished clients are masked exactly as in :meth:`train`).
+        Each client's arithmetic is the one :meth:`train` does for it, so run r's deltas equal
+        ``train(thetas[r], batches[r], lr=lrs[r], dropout_seed=dropout_seeds[r], ...)`` up to
+        float rounding (the matrix products are shaped differently).
+
+        Dropout: :meth:`train` seeds torch's global generator with its ``dropout_seed`` and
+        draws one mask of shape ``(C_r, B_r, H)`` per dropout layer and local step, ``B_r``
+        being run r's longest minibatch. Here run r draws those very masks, in the same order,
+        from its own ``torch.Generator`` seeded with ``dropout_seeds[r]`` (on the CPU,
+        ``F.dropout(h, p)`` is ``h * bernoulli(1 - p) / (1 - p)`` drawn from the generator,
+        which the tests check), and they are placed in its rows of the batch. The global
+        generator is not touched.
+
+        Parameters
+        ----------
+        thetas : sequence of Tensor, shape (D,)
+            Each run's global model.
+        batches : sequence (one per run) of lists (one per client) of lists of index arrays
+            As in :meth:`train`, per run.
+        lrs : sequence of float
+            Each run's learning rate (runs may be in different rounds of a schedule).
+        dropout_seeds : sequence of int
+            Each run's dropout seed (as ``dropout_seed`` of :meth:`train`).
+        weight_decay, prox_mu, momentum, nesterov
+            As in :meth:`train`, shared by all runs.
+
+        Returns
+        -------
+        deltas : list of Tensor, shape (C_r, D)
+            Each run's local updates.
+        generator_states : list of Tensor
+            Each run's dropout generator state afterwards: what torch's global generator
+            holds after :meth:`train` of that run alone.
+
+        Raises
+        ------
+        ValueError
+            The engine cannot batch runs (see :meth:`batch_support`).
+        """
+        why = self.batch_support()
+        if why is not None:
+            raise ValueError(f"Engine.train_runs: {why}")
+        if nesterov and not momentum:
+            raise ValueError("Engine.train_runs: nesterov=True needs momentum > 0")
+        R = len(batches)
+        gens = [torch.Generator().manual_seed(int(seed)) for seed in dropout_seeds]
+        sizes = [len(b) for b in batches]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        N = int(offsets[-1])
+        if N == 0:
+            return [thetas[r].new_zeros((0, thetas[r].numel())) for r in range(R)], [g.get_state() for g in gens]
+        run_steps = [max((len(bs) for bs in b), default=0) for b in batches]
+        run_width = [max((len(x) for bs in b for x in bs), default=0) for b in batches]
+        S = max(run_steps)
+        B = max(run_width)
+        idx = np.zeros((S, N, B), dtype=np.int64)
+        mask = np.zeros((S, N, B), dtype=np.float32)
+        for r, b in enumerate(batches):
+            for i, bs in enumerate(b):
+                row = offsets[r] + i
+                for s, x in enumerate(bs):
+                    idx[s, row, : len(x)] = x
+                    mask[s, row, : len(x)] = 1.0
+        start = torch.cat([thetas[r].detach().unsqueeze(0).expand(sizes[r], -1) for r in range(R)])
+        lr_rows = _lr_rows([float(x) for x in lrs], sizes)
+        was_training = self.model.training
+        try:
+            if self._plan is not None:
+
+                def masks(step: int, layer: int, p: float, width: int) -> torch.Tensor:
+                    # run r's mask has its own shape (C_r, B_r, width), drawn only while run r has steps left
+                    out = torch.ones((N, B, width))
+                    for r in range(R):
+                        if step < run_steps[r] and sizes[r]:
+                            m = torch.empty((sizes[r], run_width[r], width)).bernoulli_(1 - p, generator=gens[r])
+                            out[offsets[r] : offsets[r + 1], : run_width[r]] = m.div_(1 - p)
+                    return out
+
+                final = self._sgd_chain(start, idx, mask, lr_rows, masks, weight_decay=weight_decay,
+                                        prox_mu=prox_mu, momentum=momentum, nesterov=nesterov)
+            else:
+                final = self._sgd_padded(start, idx, mask, lr_rows, weight_decay=weight_decay, prox_mu=prox_mu,
+                                         momentum=momentum, nesterov=nesterov)
+        finally:
+            self.model.train(was_training)
+        deltas = (final - start).detach()
+        return [deltas[offsets[r] : offsets[r + 1]] for r in range(R)], [g.get_state() for g in gens]
+
+    @torch.no_grad()
+    def test_runs(self, thetas: Sequence[torch.Tensor]) -> list[tuple[float, float | None]]:
+        """(test loss, test accuracy) of several global models, in one pass over the test data.
+
+        Equals ``[self.test(theta) for theta in thetas]`` up to float rounding: each chunk of
+        ``eval_batch`` test samples goes through all R models at once (for a linear chain,
+        the first layer is one matrix product with the R models' weights side by side; other
+        models are vmapped over the R parameter vectors). Stateless models only (see
+        :meth:`batch_support`).
+        """
+        why = self.batch_support()
+        if why is not None:
+            raise ValueError(f"Engine.test_runs: {why}")
+        R = len(thetas)
+        if R == 0:
+            return []
+        stacked = torch.stack([t.detach() for t in thetas])
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            losses: list[list[torch.Tensor]] = [[] for _ in range(R)]
+            correct: list[list[torch.Tensor]] = [[] for _ in range(R)]
+            many = vmap(self._forward, in_dims=(0, None)) if self._plan is None else None
+            for i in range(0, self.X_test.shape[0], self.eval_batch):
+                x = self.X_test[i : i + self.eval_batch]
+                yy = self.y_test[i : i + self.eval_batch]
+                out = self._chain_many(stacked, x) if many is None else many(stacked, x)  # (R, n, outputs)
+                for r in range(R):
+                    losses[r].append(self._losses(out[r], yy))
+                    if self.classification:
+                        correct[r].append(out[r].argmax(1) == yy)
+        finally:
+            self.model.train(was_training)
+        result: list[tuple[float, float | None]] = []
+        for r in range(R):
+            loss = float(torch.cat(losses[r]).double().mean())
+            acc = float(torch.cat(correct[r]).double().mean()) if self.classification else None
+            result.append((loss, acc))
+        return result
+
+    def _chain_many(self, stacked: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Evaluation-mode forward of R models of a linear chain on one input chunk: shape (R, n, outputs)."""
+        R, n = stacked.shape[0], x.shape[0]
+        parts = dict(zip(self.names, stacked.split(self.numels, dim=1)))
+        h: torch.Tensor | None = None
+        flat = x.reshape(n, -1)
+        for kind, arg in self._plan or ():
+            if kind == "linear":
+                w_name, b_name, out_f, in_f = arg  # type: ignore[misc]
+                w = parts[w_name].view(R, out_f, in_f)
+                if h is None:  # the first layer: one product of the shared input with all R weight matrices
+                    wide = flat @ w.reshape(R * out_f, in_f).t()  # (n, R * out_f)
+                    h = wide.view(n, R, out_f).transpose(0, 1)
+                    if b_name is not None:
+                        h = h + parts[b_name].view(R, 1, out_f)
+                    h = h.contiguous()
+                elif b_name is None:
+                    h = torch.bmm(h, w.transpose(1, 2))
+                else:
+                    h = torch.baddbmm(parts[b_name].view(R, 1, out_f), h, w.transpose(1, 2))
+            elif kind == "relu":
+                if h is None:
+                    flat = torch.relu(flat)
+                else:
+                    h = torch.relu(h)
+            # dropout is the identity in evaluation mode
+        if h is None:  # a chain without a linear layer does not exist (the plan needs the model's parameters)
+            raise ValueError("Engine: a linear chain without a linear layer")
+        return h
 
     def _grouped_objective(
         self, p: torch.Tensor, bufs: dict[str, torch.Tensor], ix: torch.Tensor, lengths: np.ndarray
@@ -611,6 +969,20 @@ class Engine:
         """(test loss, test accuracy) of ``flat`` (with ``buffers``); the accuracy is None for float targets."""
         losses, correct = self._per_sample(flat, self.X_test, self.y_test, buffers)
         return float(losses.double().mean()), (None if correct is None else float(correct.double().mean()))
+
+
+def _lr_rows(lrs: Sequence[float], sizes: Sequence[int]) -> torch.Tensor:
+    """Each client's step size as a float32 column: float32(lr), what ``lr * tensor`` multiplies by for a
+    Python float ``lr`` (an lr beyond float32's range becomes inf, as it does there)."""
+    values = np.repeat(np.asarray(lrs, dtype=np.float64), np.asarray(sizes, dtype=np.int64))
+    with np.errstate(over="ignore"):
+        return torch.from_numpy(values.astype(np.float32).reshape(-1, 1))
+
+
+def _global_dropout_masks(n: int, b: int, step: int, layer: int, p: float, width: int) -> torch.Tensor:
+    """The scaled mask ``F.dropout`` multiplies an ``(n, b, width)`` activation by, drawn from torch's global
+    generator exactly as ``F.dropout`` draws it on the CPU (``bernoulli_(1 - p)``, then ``div_(1 - p)``)."""
+    return torch.empty((n, b, width)).bernoulli_(1 - p).div_(1 - p)
 
 
 def _check_model(model: nn.Module) -> None:

@@ -6,7 +6,8 @@ import hashlib
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, ClassVar
@@ -39,7 +40,7 @@ from .engine import LOSSES, Engine, LocalSchedule, aggregate_buffers
 from .history import History, RoundRecord
 from .models import build_model
 
-__all__ = ["DivergenceError", "FederatedTrainer", "SimulationOracle", "lr_at"]
+__all__ = ["DivergenceError", "FederatedTrainer", "SimulationOracle", "TestRequest", "TrainingRequest", "lr_at"]
 
 _AGGREGATIONS = ("mean", "data-size")
 
@@ -106,6 +107,70 @@ def lr_at(lr: float, schedule: Any, t: int) -> float:
         if t >= int(milestone):
             out *= float(factor)
     return out
+
+
+@dataclass
+class TrainingRequest:
+    """One batched local training a run asks for: :meth:`Engine.train` of its chosen clients from w^t.
+
+    The trainer's rounds are generators that yield their main training and their test
+    evaluation as requests; :meth:`FederatedTrainer.fit` runs each at once (:meth:`run`),
+    while :func:`fedselect.simulation.batched.fit_runs` gathers the requests of several
+    runs and answers them in one computation.
+    """
+
+    engine: Engine
+    theta: torch.Tensor
+    batches: list[list[np.ndarray]]
+    lr: float
+    weight_decay: float
+    prox_mu: float
+    momentum: float
+    nesterov: bool
+    dropout_seed: int
+    buffers: Mapping[str, torch.Tensor] | None
+
+    def run(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The deltas and each client's buffers, by :meth:`Engine.train` alone."""
+        return self.engine.train(  # type: ignore[return-value]
+            self.theta, self.batches, lr=self.lr, weight_decay=self.weight_decay, prox_mu=self.prox_mu,
+            momentum=self.momentum, nesterov=self.nesterov, dropout_seed=self.dropout_seed, buffers=self.buffers,
+            return_buffers=True,
+        )
+
+
+@dataclass
+class TestRequest:
+    """One test evaluation a run asks for: :meth:`Engine.test` of its new global model."""
+
+    __test__ = False  # not a pytest test class
+
+    engine: Engine
+    theta: torch.Tensor
+    buffers: Mapping[str, torch.Tensor] | None
+
+    def run(self) -> tuple[float, float | None]:
+        return self.engine.test(self.theta, self.buffers)
+
+
+def _drive(steps: Generator[Any, Any, Any]) -> Any:
+    """Run a generator of requests to its end, answering each request by itself; its return value.
+
+    An exception of a request is raised inside the generator at the point that asked, exactly
+    where the direct call would have raised it.
+    """
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = steps.throw(error) if error is not None else steps.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        error = None
+        try:
+            reply = request.run()
+        except BaseException as exc:  # re-raised inside the generator, where the direct call raises
+            error = exc
 
 
 class SimulationOracle(ClientOracle):
@@ -191,10 +256,15 @@ class SimulationOracle(ClientOracle):
     # -- helpers --------------------------------------------------------------------
     def _train(self, ids: np.ndarray, *, purpose: str) -> torch.Tensor:
         """Train ``ids`` from w^t (all at once), charge it and keep the updates in the ledger."""
+        request = self._training_request(ids, purpose)
+        return self._record_training(ids, request, request.run())
+
+    def _training_request(self, ids: np.ndarray, purpose: str) -> TrainingRequest:
         batches = self._engine.client_batches(self._client_indices, self._schedule, self._train_seed, self.round, ids)
-        deltas, bufs = self._engine.train(
-            self._theta,
-            batches,
+        return TrainingRequest(
+            engine=self._engine,
+            theta=self._theta,
+            batches=batches,
             lr=self._lr,
             weight_decay=self._weight_decay,
             prox_mu=self._prox_mu,
@@ -202,8 +272,12 @@ class SimulationOracle(ClientOracle):
             nesterov=self._nesterov,
             dropout_seed=self._dropout_seed(purpose),
             buffers=self._buffers,
-            return_buffers=True,
         )
+
+    def _record_training(self, ids: np.ndarray, request: TrainingRequest,
+                         result: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> torch.Tensor:
+        deltas, bufs = result
+        batches = request.batches
         for i, k in enumerate(ids.tolist()):
             self._client_buffers[int(k)] = {name: b[i] for name, b in bufs.items()}
         bad = ~torch.isfinite(deltas).all(dim=1)
@@ -331,11 +405,18 @@ class SimulationOracle(ClientOracle):
         losses : ndarray of float
             Their losses l_k(w^t) before local training.
         """
+        return _drive(self._run_selection_steps(ids))
+
+    def _run_selection_steps(
+        self, ids: np.ndarray
+    ) -> Generator[TrainingRequest, Any, tuple[np.ndarray, torch.Tensor, np.ndarray]]:
+        """:meth:`run_selection` as a generator that yields its one training for a driver to run."""
         led = self.ledger
         led.send_model(ids)
         todo = led.to_train(ids)
         if todo.size:
-            self._train(todo, purpose="main")
+            request = self._training_request(todo, "main")
+            self._record_training(todo, request, (yield request))
         self._ask_losses(led.losses_to_ask(ids))
         reporters = led.alive(ids)  # after the losses: a client whose loss is not finite did not report
         led.upload(reporters)
@@ -840,6 +921,11 @@ class FederatedTrainer(BaseEstimator):
         CheckpointMismatchError
             When ``checkpoint_dir`` holds a checkpoint of another configuration.
         """
+        _drive(self._fit_steps(federation))
+        return self
+
+    def _fit_steps(self, federation: Any) -> Generator[TrainingRequest | TestRequest, Any, None]:
+        """:meth:`fit` as a generator yielding each round's main training and test evaluation as requests."""
         fed = federation
         self._validate(fed)
         seed = self.random_state
@@ -899,7 +985,7 @@ class FederatedTrainer(BaseEstimator):
             try:
                 for t in range(start, self.rounds if not finished else start):
                     try:
-                        theta, record = self._round(t, theta, selector)
+                        theta, record = yield from self._round_steps(t, theta, selector)
                     except DivergenceError:
                         raise
                     except FloatingPointError as exc:
@@ -932,7 +1018,6 @@ class FederatedTrainer(BaseEstimator):
             torch.set_num_threads(old_threads)
             for attr in ("_engine", "_fed", "_buffers"):
                 self.__dict__.pop(attr, None)
-        return self
 
     # -- divergence and checkpoints -------------------------------------------------
     def _check_divergence(self, record: RoundRecord, threshold: float | None, selector: BaseSelector) -> None:
@@ -1019,7 +1104,10 @@ class FederatedTrainer(BaseEstimator):
         u = np.random.default_rng([int(self._seeds[3]), int(t)]).random(self._fed.n_clients)
         return np.flatnonzero(u >= self._report_prob)
 
-    def _round(self, t: int, theta: torch.Tensor, selector: BaseSelector) -> tuple[torch.Tensor, RoundRecord]:
+    def _round_steps(
+        self, t: int, theta: torch.Tensor, selector: BaseSelector
+    ) -> Generator[TrainingRequest | TestRequest, Any, tuple[torch.Tensor, RoundRecord]]:
+        """Round ``t``, yielding its main training and its test evaluation as requests."""
         start = time.perf_counter()
         lr = lr_at(self.lr, self.lr_schedule, t)
         fed = self._fed
@@ -1045,7 +1133,7 @@ class FederatedTrainer(BaseEstimator):
         raw = selector.select(n, round=t, oracle=oracle)
         selection = raw.validated(fed.n_clients, n, variable_size=bool(selector.variable_size), source=name)
         ids = selection.clients
-        reporters, stacked, before = oracle.run_selection(ids)
+        reporters, stacked, before = yield from oracle._run_selection_steps(ids)
         reported = np.isin(ids, reporters)
         weights = self._rule_weights(selection, reported)
         new_theta = theta
@@ -1068,7 +1156,7 @@ class FederatedTrainer(BaseEstimator):
         )
         last = t == self.rounds - 1
         if (t + 1) % self.eval_every == 0 or last:
-            test_loss, test_acc = self._engine.test(new_theta, self._buffers)
+            test_loss, test_acc = yield TestRequest(self._engine, new_theta, self._buffers)
             if not np.isfinite(test_loss):
                 raise FloatingPointError(
                     f"FederatedTrainer: the test loss became NaN/inf in round {t} (selector {name}, lr={lr}); "

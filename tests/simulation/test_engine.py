@@ -140,3 +140,55 @@ def test_hand_batched_chain_equals_vmap_forward(make):
     slow = vmap(eng._forward)(stacked, xb)
     torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-5)
     assert Engine(FedCorCNN((1, 20, 20), 10), *_data(shape=(1, 20, 20))[:3], X[:1], y[:1])._plan is None
+
+
+def _padded_reference(eng, theta, batches, *, lr, weight_decay, prox_mu, momentum, dropout_seed):
+    """The chain's training as it was before finished clients stopped computing: every client, every step."""
+    C = len(batches)
+    S = max(len(b) for b in batches)
+    B = max(len(x) for bs in batches for x in bs)
+    idx = torch.zeros((S, C, B), dtype=torch.int64)
+    mask = torch.zeros((S, C, B))
+    for i, bs in enumerate(batches):
+        for s, x in enumerate(bs):
+            idx[s, i, : len(x)] = torch.from_numpy(x)
+            mask[s, i, : len(x)] = 1.0
+    active = (mask.sum(2) > 0).float()
+    denom = mask.sum(2).clamp_min(1.0)
+    params = theta.unsqueeze(0).repeat(C, 1)
+    anchor = theta.unsqueeze(0)
+    velocity = None
+    eng.model.train()
+    torch.manual_seed(dropout_seed)
+    for s in range(S):
+        p = params.requires_grad_(True)
+        out = eng._forward_chain(p, eng.X[idx[s]])  # F.dropout on all C clients, from the global generator
+        losses = F.cross_entropy(out.flatten(0, 1), eng.y[idx[s]].flatten(0, 1), reduction="none").view(C, B)
+        (g,) = torch.autograd.grad(((losses * mask[s]).sum(1) / denom[s]).sum(), p)
+        with torch.no_grad():
+            g = g + weight_decay * params
+            g = g + prox_mu * (params - anchor)
+            velocity = g if velocity is None else momentum * velocity + g
+            params = params.detach() - lr * active[s].unsqueeze(1) * velocity
+    return (params - anchor).detach()
+
+
+def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed):
+    """Clients with fewer local steps drop out of the batched step once done; the numbers are those of the padded
+    computation bit for bit (dropout masks included), so runs recorded before are reproduced exactly."""
+    from fedselect.data import make_federation
+
+    fed = make_federation("digits", partition="dirichlet", alpha=0.3, n_clients=10, random_state=4)
+    torch.manual_seed(0)
+    eng = Engine(FedCorMLP(fed.input_shape, fed.n_classes, dropout=0.5), fed.X, fed.y, fed.loss_indices,
+                 fed.X_test, fed.y_test)
+    chosen = [2, 0, 7, 5, 9]
+    batches = eng.client_batches(fed.client_indices, LocalSchedule(16, epochs=2), 3, 1, chosen)
+    assert len({len(b) for b in batches}) > 2  # clients of several lengths, in no particular order
+    theta = eng.initial_parameters()
+    kw = dict(lr=0.05, weight_decay=1e-3, prox_mu=0.1, momentum=0.9, dropout_seed=77)
+    got = eng.train(theta, batches, **kw)
+    after = torch.get_rng_state()
+    want = _padded_reference(eng, theta, batches, **kw)
+    assert torch.equal(got, want)
+    assert torch.equal(after, torch.get_rng_state())  # the same masks were drawn
