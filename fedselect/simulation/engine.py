@@ -14,6 +14,14 @@ Minibatches of client k in round t come from ``numpy.random.default_rng([seed, t
 so trials and probes never shift the main stream, and one seed gives the same run bit
 for bit.
 
+Models that are a chain of Flatten / Linear / ReLU / Dropout layers (the built-in ``logistic`` and
+``mlp``) take a hand-batched path (``baddbmm`` instead of ``vmap``) on which a client whose local
+steps are done stops computing (clients are ordered by their number of steps, so the active ones
+are a prefix of the batch) while its dropout masks are still drawn, so the numbers are those of
+the padded computation bit for bit. :meth:`Engine.train_runs` and :meth:`Engine.test_runs` train
+and test the models of several runs (seeds) at once, for
+:func:`fedselect.simulation.batched.fit_runs`.
+
 Models with buffers (batch norm's running statistics) train on the *stateful* path: every
 client carries its own copy of the buffers, stacked like its parameters, and updates them
 in its own forward passes; at each local step the clients are grouped by the length of
@@ -516,6 +524,14 @@ class Engine:
         left runs no forward pass, so its buffers do not move either. With ``local_steps``
         every client's batches have one length and there is one group per step; with local
         epochs over unequal clients, a step costs one forward pass per distinct length.
+
+        A Flatten/Linear/ReLU/Dropout chain skips the padding of finished clients: from the step
+        where a client has no minibatch left it is left out of the batched products (its
+        parameters cannot move any more), and the dropout masks are still drawn for every
+        client at every step, so the result is the padded computation's bit for bit. On
+        Dirichlet splits, where clients' local epochs differ in length, this saves about a third
+        of a round's training arithmetic (FedCor's FMNIST Dir preset computed 1.6 padded samples
+        per real one).
         """
         C = len(batches)
         start = self.buffers if buffers is None else buffers
