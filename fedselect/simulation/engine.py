@@ -14,6 +14,14 @@ Minibatches of client k in round t come from ``numpy.random.default_rng([seed, t
 so trials and probes never shift the main stream, and one seed gives the same run bit
 for bit.
 
+Models that are a chain of Flatten / Linear / ReLU / Dropout layers (the built-in ``logistic`` and
+``mlp``) take a hand-batched path (``baddbmm`` instead of ``vmap``) on which a client whose local
+steps are done stops computing (clients are ordered by their number of steps, so the active ones
+are a prefix of the batch) while its dropout masks are still drawn, so the numbers are those of
+the padded computation bit for bit. :meth:`Engine.train_runs` and :meth:`Engine.test_runs` train
+and test the models of several runs (seeds) at once, for
+:func:`fedselect.simulation.batched.fit_runs`.
+
 Models with buffers (batch norm's running statistics) train on the *stateful* path: every
 client carries its own copy of the buffers, stacked like its parameters, and updates them
 in its own forward passes; at each local step the clients are grouped by the length of
@@ -393,16 +401,31 @@ class Engine:
         """
         C = stacked.shape[0]
         parts = dict(zip(self.names, stacked.split(self.numels, dim=1)))
+        shaped = {}
+        for kind, arg in self._plan or ():
+            if kind == "linear":
+                w_name, b_name, out_f, in_f = arg  # type: ignore[misc]
+                shaped[w_name] = parts[w_name].view(C, out_f, in_f)
+                if b_name is not None:
+                    shaped[b_name] = parts[b_name].view(C, 1, out_f)
+        return self._chain(shaped, x, noise)
+
+    def _chain(
+        self, parts: Mapping[str, torch.Tensor], x: torch.Tensor,
+        noise: Callable[[int, torch.Tensor], torch.Tensor | None] | None = None,
+    ) -> torch.Tensor:
+        """The chain's forward pass with each weight as ``(C, out, in)`` and each bias as ``(C, 1, out)``."""
+        C = x.shape[0]
         h = x.reshape(C, x.shape[1], -1)
         n_dropout = 0
         for kind, arg in self._plan or ():
             if kind == "linear":
-                w_name, b_name, out_f, in_f = arg
-                w = parts[w_name].view(C, out_f, in_f)
+                w_name, b_name, _out_f, _in_f = arg  # type: ignore[misc]
+                w = parts[w_name]
                 if b_name is None:
                     h = torch.bmm(h, w.transpose(1, 2))
                 else:
-                    h = torch.baddbmm(parts[b_name].view(C, 1, out_f), h, w.transpose(1, 2))
+                    h = torch.baddbmm(parts[b_name], h, w.transpose(1, 2))
             elif kind == "relu":
                 h = torch.relu(h)
             elif kind == "dropout":
@@ -410,7 +433,7 @@ class Engine:
                     m = noise(n_dropout, h)
                     h = h if m is None else h * m
                 else:
-                    h = F.dropout(h, arg, training=self.model.training)
+                    h = F.dropout(h, arg, training=self.model.training)  # type: ignore[arg-type]
                 n_dropout += 1
         return h
 
@@ -501,6 +524,14 @@ class Engine:
         left runs no forward pass, so its buffers do not move either. With ``local_steps``
         every client's batches have one length and there is one group per step; with local
         epochs over unequal clients, a step costs one forward pass per distinct length.
+
+        A Flatten/Linear/ReLU/Dropout chain skips the padding of finished clients: from the step
+        where a client has no minibatch left it is left out of the batched products (its
+        parameters cannot move any more), and the dropout masks are still drawn for every
+        client at every step, so the result is the padded computation's bit for bit. On
+        Dirichlet splits, where clients' local epochs differ in length, this saves about a third
+        of a round's training arithmetic (FedCor's FMNIST Dir preset computed 1.6 padded samples
+        per real one).
         """
         C = len(batches)
         start = self.buffers if buffers is None else buffers
@@ -642,14 +673,27 @@ class Engine:
         active = torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32))  # (S, N)
         denom = mask_t.sum(2).clamp_min(1.0)
         order_t = torch.from_numpy(order)
-        params = start[order_t] if not identity else start.clone()
-        anchor = params.clone() if prox_mu else None
-        lr_o = lr_rows[order_t]
+        ordered = start[order_t] if not identity else start
+        # Each parameter as its own (N, out, in) or (N, 1, out) tensor: its gradient then arrives as the batched
+        # product computes it, where a flat (N, D) leaf would cost two copies of it per step (to lay the
+        # transposed weight gradient out flat, and to concatenate the parameters' gradients).
+        shapes = {}
+        for kind, arg in self._plan or ():
+            if kind == "linear":
+                w_name, b_name, out_f, in_f = arg  # type: ignore[misc]
+                shapes[w_name] = (out_f, in_f)
+                if b_name is not None:
+                    shapes[b_name] = (1, out_f)
+        flat = dict(zip(self.names, ordered.split(self.numels, dim=1)))
+        params = {n: flat[n].reshape(N, *shapes[n]).clone() for n in self.names}
+        anchor = {n: v.clone() for n, v in params.items()} if prox_mu else None
+        tmp = {n: torch.empty_like(v) for n, v in params.items()}
+        velocity: dict[str, torch.Tensor] = {}
+        lr_o = lr_rows[order_t].unsqueeze(2)  # (N, 1, 1)
+        active_o = active.unsqueeze(2)  # (S, N, 1)
         drop = [float(arg) for kind, arg in (self._plan or ()) if kind == "dropout"]  # type: ignore[arg-type]
-        velocity: torch.Tensor | None = None
         B = idx.shape[2]
         xbuf = self.X.new_empty((N * B, *self.X.shape[1:]))
-        tmp = torch.empty_like(params)
         self.model.train()
         for step in range(idx.shape[0]):
             k = int((sorted_steps > step).sum())
@@ -669,34 +713,37 @@ class Engine:
 
             ix = idx_t[step, :k].reshape(-1)
             x = torch.index_select(self.X, 0, ix, out=xbuf[: k * B]).view(k, B, *self.X.shape[1:])
-            p_ = params[:k].detach().requires_grad_(True)
-            out = self._forward_chain(p_, x, noise)
+            leaves = {n: v[:k].detach().requires_grad_(True) for n, v in params.items()}
+            out = self._chain(leaves, x, noise)
             losses = self._losses(out.flatten(0, 1), self.y[ix]).view(k, B)
             objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
-            (g,) = torch.autograd.grad(objective, p_)
+            grads = torch.autograd.grad(objective, list(leaves.values()))
             # The update in place, into buffers kept across steps (each operation as the padded path writes it
             # out of place, so the same numbers; fresh tensors of this size would cost page faults every step).
+            factor = lr_o[:k] * active_o[step, :k].unsqueeze(2)  # float32(lr) for the clients still training
             with torch.no_grad():
-                cur, t = params[:k], tmp[:k]
-                if weight_decay:
-                    g.add_(torch.mul(cur, weight_decay, out=t))
-                if prox_mu:
-                    assert anchor is not None
-                    g.add_(torch.sub(cur, anchor[:k], out=t).mul_(prox_mu))
-                if momentum:
-                    if velocity is None:
-                        velocity = g.clone()
-                    else:
-                        velocity[:k].mul_(momentum).add_(g)
-                    if nesterov:
-                        g.add_(torch.mul(velocity[:k], momentum, out=t))
-                    else:
-                        g = velocity[:k]
-                cur.sub_(torch.mul(g, lr_o[:k] * active[step, :k].unsqueeze(1), out=t))
+                for n, g in zip(leaves, grads):
+                    cur, t = params[n][:k], tmp[n][:k]
+                    if weight_decay:
+                        g = g.add_(torch.mul(cur, weight_decay, out=t))
+                    if prox_mu:
+                        assert anchor is not None
+                        g = g.add_(torch.sub(cur, anchor[n][:k], out=t).mul_(prox_mu))
+                    if momentum:
+                        if n not in velocity:
+                            velocity[n] = g.clone()
+                        else:
+                            velocity[n][:k].mul_(momentum).add_(g)
+                        if nesterov:
+                            g = g.add_(torch.mul(velocity[n][:k], momentum, out=t))
+                        else:
+                            g = velocity[n][:k]
+                    cur.sub_(torch.mul(g, factor, out=t))
+        final = torch.cat([params[n].reshape(N, -1) for n in self.names], dim=1)
         if identity:
-            return params
-        out_params = torch.empty_like(params)
-        out_params[order_t] = params
+            return final
+        out_params = torch.empty_like(final)
+        out_params[order_t] = final
         return out_params
 
     # -- several runs at once ---------------------------------------------------------

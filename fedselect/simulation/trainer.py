@@ -985,7 +985,7 @@ class FederatedTrainer(BaseEstimator):
             try:
                 for t in range(start, self.rounds if not finished else start):
                     try:
-                        theta, record = yield from self._round_steps(t, theta, selector)
+                        theta, record = yield from self._round(t, theta, selector)
                     except DivergenceError:
                         raise
                     except FloatingPointError as exc:
@@ -1104,7 +1104,7 @@ class FederatedTrainer(BaseEstimator):
         u = np.random.default_rng([int(self._seeds[3]), int(t)]).random(self._fed.n_clients)
         return np.flatnonzero(u >= self._report_prob)
 
-    def _round_steps(
+    def _round(
         self, t: int, theta: torch.Tensor, selector: BaseSelector
     ) -> Generator[TrainingRequest | TestRequest, Any, tuple[torch.Tensor, RoundRecord]]:
         """Round ``t``, yielding its main training and its test evaluation as requests."""
