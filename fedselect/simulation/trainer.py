@@ -968,7 +968,7 @@ class FederatedTrainer(BaseEstimator):
         return flatten_config({
             "trainer": params,
             "selector": {"class": f"{type(selector).__module__}.{type(selector).__qualname__}",
-                         "params": selector.get_params(deep=False)},
+                         "params": selector.identifying_params()},
             "federation": {"metadata": dict(getattr(fed, "metadata", {}) or {}), "n_clients": fed.n_clients,
                            "data_sha256": h.hexdigest()},
             "model": {"n_params": int(theta0.numel()),
