@@ -211,8 +211,12 @@ def run_point(label: str, name: str, params: dict[str, Any], n: int, args: argpa
     load0 = os.getloadavg()[0]
     cmd = [sys.executable, __file__, "--worker", json.dumps(spec)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.budget * 3 + 600,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        # BLAS threads follow --threads too: with two OpenBLAS threads on a loaded 2-core host, numpy's small
+        # matrix-vector products (FedCor's selection at N = 100,000) ran 25x slower than with one.
+        threads = str(args.threads)
+        env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+               "MKL_NUM_THREADS": threads}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.budget * 3 + 600, env=env)
     except subprocess.TimeoutExpired:
         return {"label": label, "name": name, "params": params, "n": n, "error": "timed out", "load": [load0]}
     load1 = os.getloadavg()[0]
@@ -306,7 +310,7 @@ def main() -> None:
         f"command: PYTHONPATH=. python benchmarks/bench_scale.py {' '.join(sys.argv[1:])}",
         f"commit {commit}{' (with uncommitted changes)' if dirty else ''}; {platform.machine()}, {os.cpu_count()} "
         f"cpus, {ram_gb:.0f} GB RAM; python {platform.python_version()}, torch {torch.__version__}, "
-        f"{args.threads} torch thread(s) per worker",
+        f"{args.threads} torch and BLAS thread(s) per worker",
         f"uptime at start: {uptime0}",
         "data: Synthetic(1, 1), client sizes 8 + int(lognormal(1, 1)), 80 % train; logistic regression D = 610; "
         f"C = {CLIENTS_PER_ROUND}, 1 local epoch, batch 10; test set {TEST_SIZE} samples",

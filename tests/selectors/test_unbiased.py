@@ -82,6 +82,12 @@ UNBIASED_SELECTORS: list[tuple[str, Callable[[int], BaseSelector], int]] = [
     ("clustered-size", lambda rs: ClusteredSamplingSelector(random_state=rs), 6),
     ("clustered-similarity", lambda rs: ClusteredSamplingSelector(method="similarity", random_state=rs), 6),
     (
+        "clustered-similarity-knn",
+        lambda rs: ClusteredSamplingSelector(method="similarity", similarity="knn", linkage="single", n_neighbors=4,
+                                             random_state=rs),
+        6,
+    ),
+    (
         "clustered-similarity-l2-rows",
         lambda rs: ClusteredSamplingSelector(method="similarity", distance="l2", linkage_input="rows", random_state=rs),
         5,
