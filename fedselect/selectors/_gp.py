@@ -22,9 +22,10 @@ the C rank-one terms of a selection; the N x N covariance (8 N^2 bytes: 80 GB at
 exists only when :meth:`LossChangeGP.dense_covariance` is asked for it.
 
 ``fit(..., solver="closed-form")`` evaluates the same likelihood with the same identities
-written out directly in torch (:meth:`LossChangeGP.closed_form_objective`) instead of through
-linear_operator's generic operators: the objective and its gradient agree with GPyTorch's to
-float64 rounding (about 1e-14 relative) and a step costs about a third as much at
+and its gradient in closed form (:meth:`LossChangeGP.closed_form_objective`: two products
+with an N x (d + M) matrix per step, no autograd graph) instead of through linear_operator's
+generic operators and autograd: the objective and its gradient agree with GPyTorch's to
+float64 rounding (about 1e-14 relative) and a step costs several times less at
 N = 100,000, but the rounding differs, so a run is not bit-for-bit the default's.
 """
 
@@ -176,52 +177,79 @@ class LossChangeGP(gpytorch.Module):
         """``-sum_m weights_m log N(values_m | mu, Sigma)``: minus the objective Phi of Eq. (17)."""
         return -(weights * self.log_probs(values)).sum()
 
-    def closed_form_objective(self, values: torch.Tensor, weights: torch.Tensor) -> Callable[[], torch.Tensor]:
-        """:meth:`weighted_nll` as a function of the current X, with everything that does not depend on X
-        computed once.
+    def closed_form_objective(
+        self, values: torch.Tensor, weights: torch.Tensor
+    ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`weighted_nll` and its gradient in X as a function of the current X, everything that does not
+        depend on X computed once.
 
-        With ``s^2`` the noise variance, ``R = X^T`` (N x d), ``A = I_d + R^T R / s^2`` and, for a
-        complete vector v with residual ``r = v - mu`` and ``b = R^T r``, the Woodbury identity
-        and the matrix determinant lemma give
+        With ``s^2`` the noise variance, ``R = X^T`` (N x d), ``A = I_d + R^T R / s^2`` and, for the
+        complete vectors, residuals ``r_m = v_m - mu`` (rows of the M x N matrix r),
+        ``b_m = R^T r_m``, ``z_m = A^{-1} b_m`` and ``W = sum_m w_m``, the Woodbury identity and the
+        matrix determinant lemma give the objective
 
-            r^T Sigma^{-1} r = r^T r / s^2 - b^T A^{-1} b / s^4,
-            log det Sigma    = N log s^2 + log det A,
+            -Phi = 1/2 sum_m w_m (r_m^T r_m / s^2 - b_m^T z_m / s^4 + log det A + N log(2 pi s^2)),
 
-        the quantities GPyTorch's ``LowRankRootAddedDiagLinearOperator`` computes too. Here
-        ``r^T r``, ``N log(2 pi s^2)`` and the residuals are computed once per fit; a step costs
-        ``R^T R`` (N d^2), ``b`` for the M complete vectors (N d M), a d x d Cholesky factor, and
-        autograd's backward pass through them (about twice that), all in O(N (d + M)) memory.
-        Vectors with missing entries use :meth:`_partial_log_probs`, as :meth:`log_probs` does.
+        (GPyTorch's ``LowRankRootAddedDiagLinearOperator`` computes the same quantities), and its
+        gradient in R is
+
+            G = R (W A^{-1} / s^2 + Z diag(w) Z^T / s^6) - r^T diag(w) Z^T / s^4,   Z = [z_1 .. z_M].
+
+        Stacking ``H = [R, r^T]`` (N x (d + M)), a step is two products with H: ``H^T R`` gives
+        ``R^T R`` and the ``b_m``, and ``H [K; C]`` gives G; everything else is d x d. So a step
+        costs 2 N d (d + M) multiply-adds, O(N (d + M)) memory, and no autograd graph.
+        Vectors with missing entries add :meth:`_partial_log_probs` and its autograd gradient,
+        as :meth:`log_probs` does.
+
+        Returns
+        -------
+        callable
+            ``f() -> (value, gradient)``: minus the objective of Eq. (17) (a 0-d tensor) and
+            its gradient with respect to the root ``X^T`` (N x d).
         """
         values = torch.as_tensor(values, dtype=DTYPE)
         weights = torch.as_tensor(weights, dtype=DTYPE)
         missing = torch.isnan(values)
         complete = ~missing.any(dim=1)
         s2 = self.noise**2
-        eye = torch.eye(self.rank, dtype=DTYPE)
+        d = self.rank
+        eye = torch.eye(d, dtype=DTYPE)
+        root = self.root
         with torch.no_grad():
             resid = values[complete] - self.mean  # (Mc, N)
             const = (resid * resid).sum(1) / s2 + self.n_clients * math.log(2 * math.pi * s2)
-        w_complete = weights[complete]
+            stacked = torch.empty(self.n_clients, d + resid.shape[0], dtype=DTYPE)  # H = [R, r^T]
+            stacked[:, d:] = resid.mT
+        w = weights[complete]
+        total_w = float(w.sum())
         partial = ~complete
         w_partial, v_partial, m_partial = weights[partial], values[partial], missing[partial]
         any_complete, any_partial = bool(complete.any()), bool(partial.any())
 
-        def objective() -> torch.Tensor:
-            root = self.root
-            total = root.new_zeros(())
+        def value_and_grad() -> tuple[torch.Tensor, torch.Tensor]:
+            value = root.new_zeros(())
+            grad = torch.zeros_like(root)
             if any_complete:
-                chol = torch.linalg.cholesky(eye + (root.mT @ root) / s2)
-                b = resid @ root  # (Mc, d)
-                z = torch.cholesky_solve(b.mT, chol)  # (d, Mc)
-                quad = (b * z.mT).sum(1) / (s2 * s2)
-                logdet = 2 * torch.log(torch.diagonal(chol)).sum()
-                total = total + 0.5 * (w_complete * (const - quad + logdet)).sum()
+                with torch.no_grad():
+                    stacked[:, :d] = root
+                    products = stacked.mT @ root  # [R^T R; b^T] ((d + Mc) x d)
+                    chol = torch.linalg.cholesky(eye + products[:d] / s2)
+                    b = products[d:]  # (Mc, d)
+                    z = torch.cholesky_solve(b.mT, chol)  # (d, Mc)
+                    quad = (b * z.mT).sum(1) / (s2 * s2)
+                    logdet = 2 * torch.log(torch.diagonal(chol)).sum()
+                    value = value + 0.5 * (w * (const - quad + logdet)).sum()
+                    wz = z * w  # (d, Mc): column m is w_m z_m
+                    k = torch.cholesky_inverse(chol) * (total_w / s2) + (wz @ z.mT) / s2**3
+                    grad = stacked @ torch.cat([k, -wz.mT / (s2 * s2)])
             if any_partial:
-                total = total - (w_partial * self._partial_log_probs(v_partial, m_partial)).sum()
-            return total
+                part = -(w_partial * self._partial_log_probs(v_partial, m_partial)).sum()
+                (g_part,) = torch.autograd.grad(part, root)
+                value = value + part.detach()
+                grad = grad + g_part
+            return value, grad
 
-        return objective
+        return value_and_grad
 
     # -- learning ---------------------------------------------------------------------
     def set_mean(self, values: np.ndarray | None, weights: np.ndarray | None = None) -> None:
@@ -264,8 +292,8 @@ class LossChangeGP(gpytorch.Module):
             Adam's learning rate.
         solver : {"gpytorch", "closed-form"}, default "gpytorch"
             How the objective is evaluated: through the GPyTorch model (:meth:`weighted_nll`)
-            or by :meth:`closed_form_objective` (the same value to rounding, about 3x faster
-            per step at N = 100,000; not bit-for-bit the same run).
+            or by :meth:`closed_form_objective` (the same value and gradient to rounding,
+            several times faster per step at N = 100,000; not bit-for-bit the same run).
         """
         if solver not in SOLVERS:
             raise ValueError(f"LossChangeGP.fit: solver={solver!r}; expected one of {list(SOLVERS)}")
@@ -273,22 +301,24 @@ class LossChangeGP(gpytorch.Module):
         v = torch.as_tensor(np.asarray(values, dtype=np.float64))
         w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
         with num_threads(threads_for(self.n_clients)):
-            if solver == "closed-form":
-                step_objective = self.closed_form_objective(v, w)
-            else:
-                def step_objective() -> torch.Tensor:
-                    return self.weighted_nll(v, w)
+            closed = self.closed_form_objective(v, w) if solver == "closed-form" else None
             optimizer = _adam(self.root, lr)
             initial = float("nan")
             for i in range(int(iterations)):
                 optimizer.zero_grad(set_to_none=True)
-                loss = step_objective()
+                if closed is not None:
+                    loss, self.root.grad = closed()
+                else:
+                    loss = self.weighted_nll(v, w)
+                    loss.backward()
                 if i == 0:
                     initial = float(loss.detach())  # the objective before any step, read from the first pass
-                loss.backward()
                 optimizer.step()
-            with torch.no_grad():
-                nll = float(step_objective())
+            if closed is not None:
+                nll = float(closed()[0])
+            else:
+                with torch.no_grad():
+                    nll = float(self.weighted_nll(v, w))
         return FitResult(int(iterations), nll, time.perf_counter() - start, initial)
 
     # -- views ------------------------------------------------------------------------
