@@ -68,9 +68,9 @@ D_LOGISTIC = 610  # 60 features x 10 classes + 10 biases
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedcor[gp_solver=closed-form]": ("fedcor", {"gp_solver": "closed-form"}),
     "clustered[method=similarity]": ("clustered", {"method": "similarity"}),
-    "clustered[similarity,knn]": ("clustered", {"method": "similarity", "similarity": "knn"}),
+    "clustered[similarity=knn]": ("clustered", {"method": "similarity", "similarity": "knn", "linkage": "single"}),
     "ldcs[storage=float16]": ("ldcs", {"storage": "float16"}),
-    "ldcs[storage=sketch]": ("ldcs", {"storage": "sketch"}),
+    "ldcs[storage=sketch,128]": ("ldcs", {"storage": "sketch", "sketch_dim": 128}),
     "hcsfed[max_trained=1000]": ("hcsfed", {"max_trained": 1000}),
     "ocs[max_trained=1000]": ("ocs", {"max_trained": 1000}),
 }
