@@ -117,12 +117,18 @@ class RoundLedger:
         self.n_clients = int(n_clients)
         self.round = int(round)
         self.costs = Costs()
-        self._holding: set[int] = set()
-        self._losses: dict[int, float] = {}
+        # One flag (or value) per client, so that a question about all N clients costs a few vectorised
+        # passes rather than N dictionary operations (100,000 clients: milliseconds, not a second).
+        n = self.n_clients
+        self._holding = np.zeros(n, dtype=bool)
+        self._has_loss = np.zeros(n, dtype=bool)
+        self._loss_values = np.full(n, np.nan)
+        self._trained = np.zeros(n, dtype=bool)
         self._updates: dict[int, Any] = {}
-        self._uploaded: set[int] = set()
-        self._failed: set[int] = set(self.ids(np.fromiter(unavailable, dtype=np.int64), "unavailable").tolist())
-        self._unknown_failures = set(self._failed)  # unavailable, but the server has not sent them anything yet
+        self._uploaded = np.zeros(n, dtype=bool)
+        self._failed = np.zeros(n, dtype=bool)
+        self._failed[self.ids(np.fromiter(unavailable, dtype=np.int64), "unavailable")] = True
+        self._unknown_failures = self._failed.copy()  # unavailable, but the server has not sent them anything yet
 
     # -- ids and failures ------------------------------------------------------------
     def ids(self, ids: Any, what: str) -> np.ndarray:
@@ -132,14 +138,18 @@ class RoundLedger:
     @property
     def failed(self) -> frozenset[int]:
         """Clients that did not answer this round (unavailable, timed out, or replied with an error)."""
-        return frozenset(self._failed)
+        return frozenset(np.flatnonzero(self._failed).tolist())
+
+    def answering(self) -> np.ndarray:
+        """Every client id that has not failed (so far) this round, ascending."""
+        return np.flatnonzero(~self._failed)
 
     def is_failed(self, k: int) -> bool:
-        return int(k) in self._failed
+        return bool(self._failed[int(k)])
 
     def mark_failed(self, ids: Any) -> None:
         """Record that these clients did not answer; they are not contacted again this round."""
-        self._failed.update(self.ids(ids, "mark_failed").tolist())
+        self._failed[self.ids(ids, "mark_failed")] = True
 
     @property
     def known_failed(self) -> frozenset[int]:
@@ -149,20 +159,20 @@ class RoundLedger:
         the first message sent to it (and charged) makes it known, and it is not contacted
         again.
         """
-        return frozenset(self._failed - self._unknown_failures)
+        return frozenset(np.flatnonzero(self._failed & ~self._unknown_failures).tolist())
 
     def contacted(self, ids: Any) -> None:
         """Record that a message went to these clients (an unavailable one among them is now known to fail)."""
-        self._unknown_failures.difference_update(self.ids(ids, "contacted").tolist())
+        self._unknown_failures[self.ids(ids, "contacted")] = False
 
     def alive(self, ids: Any) -> np.ndarray:
         """The entries of ``ids`` (order kept) that have not failed."""
         arr = self.ids(ids, "alive")
-        return arr[[int(k) not in self._failed for k in arr]] if arr.size else arr
+        return arr[~self._failed[arr]]
 
     # -- the global model -------------------------------------------------------------
     def holds_model(self, k: int) -> bool:
-        return int(k) in self._holding
+        return bool(self._holding[int(k)])
 
     def send_model(self, ids: Any) -> np.ndarray:
         """Charge one model down per client not yet holding ``w^t``; return those (distinct, in order).
@@ -171,20 +181,18 @@ class RoundLedger:
         sends them a message (the server cannot know they will not answer).
         """
         arr = self.ids(ids, "send_model")
-        self._unknown_failures.difference_update(arr.tolist())
-        new = [k for k in dict.fromkeys(arr.tolist()) if k not in self._holding]
-        self.costs.models_down += len(new)
-        self._holding.update(new)
-        return np.asarray(new, dtype=np.int64)
+        self._unknown_failures[arr] = False
+        new = _distinct(arr)
+        new = new[~self._holding[new]]
+        self.costs.models_down += int(new.size)
+        self._holding[new] = True
+        return new
 
     # -- losses on w^t -------------------------------------------------------------------
     def losses_to_ask(self, ids: Any) -> np.ndarray:
         """Distinct ids (in order) whose ``l_k(w^t)`` is not known and that have not failed."""
-        arr = self.ids(ids, "losses")
-        return np.asarray(
-            [k for k in dict.fromkeys(arr.tolist()) if k not in self._losses and k not in self._failed],
-            dtype=np.int64,
-        )
+        arr = _distinct(self.ids(ids, "losses"))
+        return arr[~(self._has_loss[arr] | self._failed[arr])]
 
     def record_losses(self, ids: Any, values: Any, *, samples_evaluated: int = 0) -> None:
         """Store the losses that came back: one scalar up per finite value.
@@ -196,30 +204,29 @@ class RoundLedger:
         vals = np.asarray(values, dtype=np.float64).reshape(-1)
         if vals.shape[0] != arr.shape[0]:
             raise ValueError(f"RoundLedger.record_losses: {vals.shape[0]} values for {arr.shape[0]} clients")
-        for k, v in zip(arr.tolist(), vals.tolist()):
-            if not np.isfinite(v):
-                self._failed.add(k)
-            elif k not in self._losses:
-                self._losses[k] = float(v)
-                self.costs.scalars_up += 1
+        finite = np.isfinite(vals)
+        self._failed[arr[~finite]] = True
+        # The first finite value of each client not known yet is kept (and charged); later ones are ignored.
+        got, first = np.unique(arr[finite], return_index=True)
+        new = ~self._has_loss[got]
+        self._loss_values[got[new]] = vals[finite][first[new]]
+        self._has_loss[got[new]] = True
+        self.costs.scalars_up += int(new.sum())
         self.costs.samples_evaluated += int(samples_evaluated)
 
     def loss(self, ids: Any) -> np.ndarray:
         """Known losses of ``ids`` (NaN where unknown or failed)."""
         arr = self.ids(ids, "losses")
-        return np.array([np.nan if k in self._failed else self._losses.get(k, np.nan) for k in arr.tolist()])
+        return np.where(self._failed[arr], np.nan, self._loss_values[arr])
 
     def has_loss(self, k: int) -> bool:
-        return int(k) in self._losses and int(k) not in self._failed
+        return bool(self._has_loss[int(k)] and not self._failed[int(k)])
 
     # -- local training from w^t -------------------------------------------------------------
     def to_train(self, ids: Any) -> np.ndarray:
         """Distinct ids (in order) not yet trained from ``w^t`` this round and not failed."""
-        arr = self.ids(ids, "train")
-        return np.asarray(
-            [k for k in dict.fromkeys(arr.tolist()) if k not in self._updates and k not in self._failed],
-            dtype=np.int64,
-        )
+        arr = _distinct(self.ids(ids, "train"))
+        return arr[~(self._trained[arr] | self._failed[arr])]
 
     def record_training(
         self,
@@ -234,23 +241,24 @@ class RoundLedger:
         ``updates`` holds one object per id (whatever the runtime computes with: a
         tensor, an array); None keeps a placeholder (the runtime holds the update
         elsewhere, e.g. on the client). An id already trained this round is not charged a
-        second training; ``steps`` and ``sample_gradients`` are added as given, so a
-        runtime passes only the work it actually did (it asks :meth:`to_train` first).
+        second training (a repeated id keeps its last update); ``steps`` and
+        ``sample_gradients`` are added as given, so a runtime passes only the work it
+        actually did (it asks :meth:`to_train` first).
         """
         arr = self.ids(ids, "record_training")
         if updates is not None and len(updates) != arr.shape[0]:
             raise ValueError(f"RoundLedger.record_training: {len(updates)} updates for {arr.shape[0]} clients")
-        new = 0
-        for i, k in enumerate(arr.tolist()):
-            if k not in self._updates:
-                new += 1
-            self._updates[k] = None if updates is None else updates[i]
+        fresh = _distinct(arr)
+        new = int((~self._trained[fresh]).sum())
+        self._trained[arr] = True
+        keys = arr.tolist()
+        self._updates.update(dict.fromkeys(keys) if updates is None else zip(keys, updates))
         self.costs.local_trainings += new
         self.costs.local_steps += int(steps)
         self.costs.sample_gradients += int(sample_gradients)
 
     def trained(self, k: int) -> bool:
-        return int(k) in self._updates
+        return bool(self._trained[int(k)])
 
     def update(self, k: int) -> Any:
         """The update client ``k`` computed from ``w^t`` this round (KeyError if it did not train)."""
@@ -259,14 +267,14 @@ class RoundLedger:
     # -- uploads ------------------------------------------------------------------------------
     def upload(self, ids: Any) -> int:
         """Charge one model up per client whose full update has not reached the server this round."""
-        arr = self.ids(ids, "upload")
-        new = [k for k in dict.fromkeys(arr.tolist()) if k not in self._uploaded]
-        self.costs.models_up += len(new)
-        self._uploaded.update(new)
-        return len(new)
+        new = _distinct(self.ids(ids, "upload"))
+        new = new[~self._uploaded[new]]
+        self.costs.models_up += int(new.size)
+        self._uploaded[new] = True
+        return int(new.size)
 
     def uploaded(self, k: int) -> bool:
-        return int(k) in self._uploaded
+        return bool(self._uploaded[int(k)])
 
     def record_floats_up(self, n: int) -> None:
         """Charge ``n`` floats of compressed (transformed) updates sent up."""
@@ -289,9 +297,18 @@ class RoundLedger:
 
     def __repr__(self) -> str:
         return (
-            f"RoundLedger(round={self.round}, holding={len(self._holding)}, losses={len(self._losses)}, "
-            f"trained={len(self._updates)}, uploaded={len(self._uploaded)}, failed={len(self._failed)})"
+            f"RoundLedger(round={self.round}, holding={int(self._holding.sum())}, "
+            f"losses={int(self._has_loss.sum())}, trained={int(self._trained.sum())}, "
+            f"uploaded={int(self._uploaded.sum())}, failed={int(self._failed.sum())})"
         )
+
+
+def _distinct(arr: np.ndarray) -> np.ndarray:
+    """The distinct entries of ``arr`` in the order they first appear (O(n log n), no Python loop)."""
+    if arr.size < 2:
+        return arr
+    _, first = np.unique(arr, return_index=True)
+    return arr[np.sort(first)]
 
 
 def reporter_weights(weights: Any, reported: Any, *, mode: str = "rescale") -> np.ndarray:

@@ -533,12 +533,14 @@ class SelectorSpec:
 
         A name is recorded as given, with the parameters given (``{"selector": "fedcor",
         "params": {"rank": 5}}``), as comparisons always have; a class or an instance as
-        ``module:qualname`` with all of the built selector's ``get_params()`` made JSON-safe.
+        ``module:qualname`` with the built selector's ``get_params()`` made JSON-safe (without the
+        parameters added after runs were recorded, at their original default: see
+        :meth:`fedselect.BaseSelector.identifying_params`).
         """
         if self.name is not None:
             return {"selector": self.name, "params": dict(self.params)}
         return {"selector": f"{self.cls.__module__}:{self.cls.__qualname__}",
-                "params": _json_safe(self.build().get_params(deep=False))}
+                "params": _json_safe(self.build().identifying_params())}
 
 
 def _param_defaults(cls: type) -> dict[str, Any]:

@@ -485,6 +485,30 @@ class BaseSelector(BaseEstimator):
     variable_size: ClassVar[bool] = False
     diagnostics: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, Any]] = {"random_state": ["random_state"]}
+    # Parameters added after runs had been recorded, with the default that reproduces those runs: at that
+    # default they are left out of what identifies a run (trainer checkpoints, a comparison's saved settings
+    # of a class or instance), so checkpoints and comparisons written before the parameter existed resume.
+    _params_added_later: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def _later_defaults(cls) -> dict[str, Any]:
+        later: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            later.update(klass.__dict__.get("_params_added_later", {}))
+        return later
+
+    def identifying_params(self) -> dict[str, Any]:
+        """``get_params(deep=False)`` without the later-added parameters that are at their original default."""
+        later = self._later_defaults()
+        return {k: v for k, v in self.get_params(deep=False).items()
+                if not (k in later and isinstance(v, type(later[k])) and v == later[k])}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A selector pickled (e.g. in a checkpoint) before a parameter existed gets that parameter's original
+        # default, which is what it ran with.
+        for k, v in self._later_defaults().items():
+            state.setdefault(k, v)
+        super().__setstate__(state)
 
     @classmethod
     def parameter_constraints(cls) -> dict[str, list[Any]]:

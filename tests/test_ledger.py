@@ -55,6 +55,23 @@ def test_training_and_upload_charged_once():
     assert (c.models_down, c.scalars_up, c.samples_evaluated) == (6, 5, 100)
 
 
+def test_repeated_ids_within_one_call():
+    """Duplicates inside one question: distinct in first-seen order, charged once, first finite loss kept."""
+    led = RoundLedger(8, 0, unavailable=[6])
+    assert led.send_model([5, 2, 5, 7, 2]).tolist() == [5, 2, 7] and led.costs.models_down == 3
+    assert led.losses_to_ask([4, 3, 4, 6, 3]).tolist() == [4, 3]
+    led.record_losses([4, 3, 4, 0, 0], [0.5, np.nan, 0.75, np.nan, 2.0])
+    np.testing.assert_array_equal(led.loss([4, 3, 0]), [0.5, np.nan, np.nan])  # 0 failed, then answered
+    assert led.has_loss(4) and not led.has_loss(0) and led.failed == {0, 3, 6}
+    assert led.costs.scalars_up == 2  # 4 once, and 0's late answer (as before the ledger was vectorised)
+    led.record_training([1, 1, 2], ["a", "b", "c"])
+    assert led.costs.local_trainings == 2 and led.update(1) == "b"  # a repeated id keeps its last update
+    assert led.to_train([2, 1, 7, 7, 3]).tolist() == [7]
+    assert led.upload([2, 2, 1]) == 2 and led.upload([1]) == 0 and led.uploaded(2) and not led.uploaded(7)
+    assert led.answering().tolist() == [1, 2, 4, 5, 7]
+    assert repr(led) == "RoundLedger(round=0, holding=3, losses=2, trained=2, uploaded=2, failed=3)"
+
+
 def test_costs_add_and_communicate():
     a = Costs(models_down=2, scalars_up=3)
     a += Costs(models_up=1, floats_up=4)

@@ -592,6 +592,7 @@ def make_synthetic(
     n_classes: int = 10,
     random_state: Any = None,
     iid: bool = False,
+    sizes: Any = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """FedProx's Synthetic(alpha, beta) federated data (Li et al. 2020, Sec. 5.1 and its generator).
 
@@ -601,7 +602,8 @@ def make_synthetic(
     y = argmax softmax(x W_k + b_k). alpha controls how much the local models differ,
     beta how much the local inputs differ. As in FedProx's ``generate_niid.py`` the
     second argument of N(.,.) is used as a standard deviation, and client sizes are
-    ``int(lognormal(4, 2)) + 50`` (a power law: a few clients are large).
+    ``int(lognormal(4, 2)) + 50`` (a power law: a few clients are large), unless ``sizes``
+    gives them.
 
     With ``iid=True`` every client shares one W, b ~ N(0, 1) and draws x ~ N(0, Sigma)
     (FedProx's Synthetic-IID); alpha and beta are then unused.
@@ -620,6 +622,13 @@ def make_synthetic(
         Seed.
     iid : bool, default=False
         Draw every client from the same distribution.
+    sizes : None, int or array-like of int, default=None
+        The number of samples of each client. None draws FedProx's sizes
+        ``int(lognormal(4, 2)) + 50`` (mean about 450: 100,000 clients would hold 45 million
+        samples, 11 GB of float32 features); an int gives every client that many; an array
+        gives client k ``sizes[k]``. Cross-device federations (many clients holding a few
+        samples each) pass small sizes. Given sizes are not drawn, so the rest of the
+        stream starts earlier and the data differ from a run with ``sizes=None``.
 
     Returns
     -------
@@ -639,8 +648,11 @@ def make_synthetic(
             f"need n_clients >= 1, n_features >= 1 and n_classes >= 2, got n_clients={n_clients}, "
             f"n_features={n_features}, n_classes={n_classes}"
         )
+    if sizes is not None:
+        sizes = _check_sizes(sizes, n_clients)
     rng = check_random_state(random_state)
-    sizes = rng.lognormal(4, 2, n_clients).astype(np.int64) + 50
+    if sizes is None:
+        sizes = rng.lognormal(4, 2, n_clients).astype(np.int64) + 50
     sd_x = np.arange(1, n_features + 1, dtype=float) ** (-1.2 / 2)
     u = rng.normal(0, alpha, n_clients)
     B = rng.normal(0, beta, n_clients)
@@ -659,6 +671,21 @@ def make_synthetic(
         y = np.argmax(X @ W + b, axis=1)  # softmax is monotone: argmax softmax = argmax of the logits
         data.append((X.astype(np.float32), y.astype(np.int64)))
     return data
+
+
+def _check_sizes(sizes: Any, n_clients: int) -> np.ndarray:
+    """``sizes`` of :func:`make_synthetic` as n_clients positive int64 counts, or a ValueError naming it."""
+    arr = np.asarray(sizes)
+    ok = arr.ndim in (0, 1) and np.issubdtype(arr.dtype, np.integer) and not np.issubdtype(arr.dtype, np.bool_)
+    if ok and arr.ndim == 1 and arr.shape[0] != n_clients:
+        ok = False
+    if not ok or (arr.size and arr.min() < 1):
+        shown = f"{sizes!r:.60}"
+        raise ValueError(
+            f"make_synthetic: parameter sizes={shown} is invalid; expected None, an integer >= 1, or "
+            f"{n_clients} integers >= 1 (one per client)"
+        )
+    return np.broadcast_to(arr.astype(np.int64), (n_clients,)).copy()
 
 
 # --------------------------------------------------------------------------- registration

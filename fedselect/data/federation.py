@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from numbers import Integral, Real
@@ -11,7 +12,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
-from .datasets import PathLike, load_dataset, make_synthetic
+from .datasets import PathLike, _check_sizes, load_dataset, make_synthetic
 from .partition import PARTITIONS
 from .partition import partition as _partition_by_name
 
@@ -156,6 +157,12 @@ class Federation:
         object.__setattr__(self, "y_test", y_test.astype(tdtype, copy=False))
         object.__setattr__(self, "client_indices", clients)
         object.__setattr__(self, "eval_indices", evals)
+        # Client sizes, counted once: the trainer reads them every round (a loop over 100,000 index arrays
+        # costs tens of milliseconds); the properties hand out copies.
+        n_train = np.array([idx.size for idx in clients], dtype=np.int64)
+        n_held = np.zeros_like(n_train) if evals is None else np.array([idx.size for idx in evals], dtype=np.int64)
+        object.__setattr__(self, "_n_train_samples", n_train)
+        object.__setattr__(self, "_n_samples", n_train + n_held)
 
     @classmethod
     def from_datasets(
@@ -321,15 +328,12 @@ class Federation:
     @property
     def n_train_samples(self) -> np.ndarray:
         """Size of each client's training part."""
-        return np.array([idx.size for idx in self.client_indices], dtype=np.int64)
+        return self._n_train_samples.copy()
 
     @property
     def n_samples(self) -> np.ndarray:
         """n_k: size of each client's full data, training plus held-out part."""
-        n = self.n_train_samples
-        if self.eval_indices is not None:
-            n = n + np.array([idx.size for idx in self.eval_indices], dtype=np.int64)
-        return n
+        return self._n_samples.copy()
 
     @property
     def weights(self) -> np.ndarray:
@@ -452,6 +456,11 @@ def split_holdout(
 def _synthetic_pool(
     n_clients: int, rng: np.random.RandomState, alpha: float = 1.0, beta: float = 1.0, **params: Any
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray, int]:
+    if params.get("sizes") is not None and _check_sizes(params["sizes"], n_clients).min() < 2:
+        raise ValueError(
+            f"make_federation('synthetic'): sizes={params['sizes']!r:.60} gives some client fewer than 2 samples; "
+            "each client keeps 80 % to train on and 20 % for the test split, so every size must be at least 2"
+        )
     data = make_synthetic(alpha, beta, n_clients, random_state=rng, **params)
     X_tr, y_tr, X_te, y_te, parts = [], [], [], [], []
     start = 0
@@ -497,7 +506,7 @@ def make_federation(
         A registered dataset (``digits``, ``fmnist``, ``mnist``, ``cifar10``, or a
         plugin's) or ``"synthetic"``: FedProx's Synthetic(alpha, beta), see
         :func:`~fedselect.data.make_synthetic` (``partition_params`` ``alpha`` and
-        ``beta`` default to 1; ``n_features``, ``n_classes`` and ``iid`` are passed on).
+        ``beta`` default to 1; ``n_features``, ``n_classes``, ``iid`` and ``sizes`` are passed on).
         Its clients are the generator's; each keeps a random 80 % for training and
         the union of the other 20 % parts is the test split. ``partition`` is ignored.
     partition : {"iid", "shards", "dirichlet", "dirichlet-qp"} or callable, default="iid"
@@ -560,10 +569,15 @@ def make_federation(
             X, y, parts, X_test, y_test, n_classes = _synthetic_pool(int(n_clients), rng, **partition_params)
         except TypeError as exc:
             raise ValueError(
-                f"dataset 'synthetic' takes the parameters alpha, beta, n_features, n_classes and iid, "
+                f"dataset 'synthetic' takes the parameters alpha, beta, n_features, n_classes, iid and sizes, "
                 f"got {sorted(partition_params)}: {exc}"
             ) from exc
         metadata.update({"partition": "synthetic", "alpha": 1.0, "beta": 1.0, **partition_params})
+        if np.ndim(partition_params.get("sizes")) == 1:  # a per-client array: recorded by a digest, not in full
+            sz = np.asarray(partition_params["sizes"], dtype=np.int64)
+            digest = hashlib.sha256(sz.tobytes()).hexdigest()[:16]
+            metadata["sizes"] = (f"{sz.size} sizes, min {sz.min()}, mean {sz.mean():.1f}, max {sz.max()}, "
+                                 f"sha256 {digest}")
         name = f"synthetic({metadata['alpha']}, {metadata['beta']})"
     else:
         try:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from numbers import Integral
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
-from .._validation import StrOptions
+from .._validation import Interval, StrOptions
 from ..hookspecs import hookimpl
 from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
@@ -19,6 +20,7 @@ _LINKAGES = ("ward", "single", "complete", "average", "weighted", "centroid", "m
 _DISTANCES = ("cosine", "l2", "l1")
 _INITS = ("zeros", "probe", "size")
 _LINKAGE_INPUTS = ("distances", "rows")
+_SIMILARITIES = ("dense", "knn")
 _TOL = 1e-9
 
 
@@ -176,6 +178,27 @@ class ClusteredSamplingSelector(BaseSelector):
     (``4 N D`` bytes) and an N x N Gram matrix, refreshed in O(``|S|`` N D) per round for
     the ``|S|`` clients that reported; the clustering itself is O(N^2) to O(N^3) (scipy).
 
+    **Scale.** The dense similarity does not scale: the Gram matrix, the distance matrix, the
+    cosines and their temporaries (float64) and scipy's condensed copy come to about
+    ``40 N^2`` bytes when the tree is rebuilt (every round in which a representative
+    changed), 24 GB at N = 24,500 (4 GB at N = 10,000, 400 GB at N = 100,000), and the
+    linkage takes O(N^2) time or more per rebuild. ``similarity="knn"`` keeps a sparse
+    graph instead: each client's ``n_neighbors`` nearest representatives (by ``distance``)
+    with their exact current distances, and cuts the single-linkage tree of that graph
+    (built from its minimum spanning tree, ``scipy.sparse.csgraph``) exactly as above, where
+    a cluster would outweigh 1/m. Only single linkage follows from the graph alone (the
+    merge order of the others needs distances the graph lacks), so ``linkage="single"`` is
+    required; with ``n_neighbors = N - 1`` the graph is complete and the clusters are those of
+    the dense single-linkage tree. Memory: ``16 N k`` bytes for the graph besides the
+    ``4 N D`` of the representatives. Time: when ``|S|`` representatives change, their
+    distances to all N clients (O(``|S|`` N D)) give them new exact neighbour lists and are
+    offered to every other client's list (kept if nearer than its farthest neighbour; a
+    neighbour that moved away keeps its place with its new distance until that client
+    reports again, so lists are exact when built and approximate after); the tree is then
+    O(N k log N). With ``init="zeros"`` (all representatives zero, all distances 0) the
+    first graph costs nothing; ``init="probe"`` builds it from all N representatives in
+    O(N^2 D) time, in blocks of 128 clients.
+
     **Clients that do not answer** the probe of ``init="probe"`` (NaN rows, see
     :class:`~fedselect.ClientOracle`) keep no representative yet and are probed again in the
     next round; until then they are clustered as ``init="zeros"`` treats unseen clients.
@@ -204,7 +227,12 @@ class ClusteredSamplingSelector(BaseSelector):
     init : {"zeros", "probe", "size"}, default="zeros"
         Representatives of clients not seen yet (see above).
     linkage_input : {"distances", "rows"}, default="distances"
-        How the distance matrix is handed to scipy (see above).
+        How the distance matrix is handed to scipy (see above; the dense similarity only).
+    similarity : {"dense", "knn"}, default="dense"
+        Algorithm 2's similarity: all N x N distances (the paper) or a k-nearest-neighbour
+        graph with single linkage (see Scale; needs ``linkage="single"``).
+    n_neighbors : int, default=10
+        k of ``similarity="knn"`` (clipped to N - 1); ignored by the dense similarity.
     random_state : None, int or numpy RandomState, default=None
         Seeds the draws (and the order of clients inside the filler clusters).
 
@@ -258,6 +286,8 @@ class ClusteredSamplingSelector(BaseSelector):
         distance: str = "cosine",
         init: str = "zeros",
         linkage_input: str = "distances",
+        similarity: str = "dense",
+        n_neighbors: int = 10,
         random_state: Any = None,
     ) -> None:
         self.method = method
@@ -265,6 +295,8 @@ class ClusteredSamplingSelector(BaseSelector):
         self.distance = distance
         self.init = init
         self.linkage_input = linkage_input
+        self.similarity = similarity
+        self.n_neighbors = n_neighbors
         self.random_state = random_state
 
     @property
@@ -278,8 +310,20 @@ class ClusteredSamplingSelector(BaseSelector):
         "distance": [StrOptions(_DISTANCES)],
         "init": [StrOptions(_INITS)],
         "linkage_input": [StrOptions(_LINKAGE_INPUTS)],
+        "similarity": [StrOptions(_SIMILARITIES)],
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
+    _params_added_later: ClassVar[dict[str, Any]] = {"similarity": "dense", "n_neighbors": 10}
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if self.method == "similarity" and self.similarity == "knn" and self.linkage != "single":
+            raise ValueError(
+                f"{type(self).__name__}: parameter linkage={self.linkage!r} cannot be used with similarity='knn': "
+                "a nearest-neighbour graph gives the single-linkage tree only (its minimum spanning tree); "
+                "set linkage='single', or similarity='dense'"
+            )
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)
@@ -291,6 +335,8 @@ class ClusteredSamplingSelector(BaseSelector):
         self.n_clusterings_ = 0
         self._gram: np.ndarray | None = None
         self._stale = True
+        self._knn: tuple[np.ndarray, np.ndarray] | None = None  # neighbour ids and distances, N x k each
+        self._pending = np.zeros(self.n_clients_, dtype=bool)  # representatives changed since the graph
 
     # -- Algorithm 1 ------------------------------------------------------------------
     def _size_segments(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -325,6 +371,100 @@ class ClusteredSamplingSelector(BaseSelector):
             d[i] = np.abs(r - r[i]).sum(axis=1, dtype=np.float64)
         return d
 
+    # -- Algorithm 2 on a nearest-neighbour graph ---------------------------------------------
+    def _distance_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Distances (``distance``) from the representatives of ``ids`` to every client, float64 (len(ids) x N)."""
+        n = self.n_clients_
+        r = self.representatives_
+        if r is None:
+            return np.zeros((ids.size, n))
+        if self.distance == "l1":
+            return np.stack([np.abs(r - r[i]).sum(axis=1, dtype=np.float64) for i in ids.tolist()])
+        gram = (r[ids] @ r.T).astype(np.float64)
+        sq = self._sq_norms
+        if self.distance == "l2":
+            return np.sqrt(np.maximum(sq[ids, None] + sq[None, :] - 2.0 * gram, 0.0))
+        norms = np.sqrt(np.maximum(sq, 0.0))
+        denom = norms[ids, None] * norms[None, :]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cos = np.where(denom > 0, gram / np.where(denom > 0, denom, 1.0), 1.0)  # a zero vector: distance 0
+        return np.arccos(np.clip(cos, -1.0, 1.0))
+
+    def _update_graph(self) -> None:
+        """Bring the k-nearest-neighbour lists up to date with the representatives that changed."""
+        n = self.n_clients_
+        k = min(int(self.n_neighbors), n - 1)
+        if self._knn is None:  # every representative zero: every distance is 0, any k others are neighbours
+            nbr = (np.arange(n)[:, None] + np.arange(1, k + 1)[None, :]) % n
+            self._knn = (nbr.astype(np.int64), np.zeros((n, k)))
+        nbr, dist = self._knn
+        changed = np.flatnonzero(self._pending)
+        self._pending[:] = False
+        for start in range(0, changed.size, 128):
+            ids = changed[start : start + 128]
+            rows = self._distance_rows(ids)  # (c, N)
+            rows[np.arange(ids.size), ids] = np.inf
+            # Other clients: entries that are changed clients get their new distance; the changed clients are
+            # candidates everywhere (unless already listed); each list keeps its k nearest.
+            pos = np.full(n, -1, dtype=np.int64)
+            pos[ids] = np.arange(ids.size)
+            listed = pos[nbr]  # (N, k): which changed client an entry is, or -1
+            hit = listed >= 0
+            dist[hit] = rows[listed[hit], np.nonzero(hit)[0]]
+            cand = rows.T.copy()  # (N, c)
+            already = np.zeros((n, ids.size), dtype=bool)
+            already[np.nonzero(hit)[0], listed[hit]] = True
+            cand[already] = np.inf
+            all_ids = np.concatenate([nbr, np.broadcast_to(ids, (n, ids.size))], axis=1)
+            all_d = np.concatenate([dist, cand], axis=1)
+            keep = np.argsort(all_d, axis=1, kind="stable")[:, :k]
+            nbr = np.take_along_axis(all_ids, keep, axis=1)
+            dist = np.take_along_axis(all_d, keep, axis=1)
+            # The changed clients' own lists: exact, from their full rows.
+            own = np.argsort(rows, axis=1, kind="stable")[:, :k]
+            nbr[ids] = own
+            dist[ids] = np.take_along_axis(rows, own, axis=1)
+        self._knn = (np.ascontiguousarray(nbr), np.ascontiguousarray(dist))
+
+    def _knn_labels(self, m: int) -> np.ndarray:
+        """Clusters of weight <= 1/m cut from the single-linkage tree of the neighbour graph (Kruskal on its MST)."""
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import minimum_spanning_tree
+
+        n = self.n_clients_
+        self._update_graph()
+        nbr, dist = self._knn  # type: ignore[misc]
+        k = nbr.shape[1]
+        tiny = np.finfo(np.float64).tiny  # a sparse graph drops zero weights: a distance of 0 is kept as tiny
+        rows = np.repeat(np.arange(n), k)
+        graph = coo_matrix((np.maximum(dist.ravel(), tiny), (rows, nbr.ravel())), shape=(n, n)).tocsr()
+        graph = graph.maximum(graph.T)
+        tree = minimum_spanning_tree(graph).tocoo()
+        order = np.lexsort((tree.col, tree.row, tree.data))  # by distance, ties by client ids
+        parent = np.arange(n)
+        weight = self.weights_.copy()
+        frozen = np.zeros(n, dtype=bool)
+        limit = (1.0 / m) * (1.0 + 1e-9)
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for a, b in zip(tree.row[order].tolist(), tree.col[order].tolist()):
+            ra, rb = root(a), root(b)
+            if ra == rb:
+                continue
+            if frozen[ra] or frozen[rb] or weight[ra] + weight[rb] > limit:
+                frozen[ra] = frozen[rb] = True  # the merged cluster would outweigh 1/m: both stay as they are
+                continue
+            parent[rb] = ra
+            weight[ra] += weight[rb]
+        roots = np.array([root(i) for i in range(n)])
+        _, labels = np.unique(roots, return_inverse=True)
+        return labels.astype(np.int64) + 1
+
     def _cluster(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         from scipy.cluster.hierarchy import ClusterWarning, fcluster
         from scipy.cluster.hierarchy import linkage as scipy_linkage
@@ -334,6 +474,8 @@ class ClusteredSamplingSelector(BaseSelector):
         if n == 1:
             self.clusters_ = np.ones(1, dtype=np.int64)
             return self._size_segments(m)
+        if self.similarity == "knn":
+            return self._groups_to_segments(self._knn_labels(m), m)
         d = self._distance_matrix()
         if self.linkage_input == "rows":
             with warnings.catch_warnings():  # scipy rightly suspects a distance matrix: here that is the point
@@ -349,10 +491,15 @@ class ClusteredSamplingSelector(BaseSelector):
             w[n + i] = w[int(z[i, 0])] + w[int(z[i, 1])]
             z[i, 2] = w[n + i]
         labels = fcluster(z, t=(1.0 / m) * (1.0 + 1e-9), criterion="distance")
+        return self._groups_to_segments(labels, m)
+
+    def _groups_to_segments(self, labels: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Algorithm 2's distributions from cluster labels: the m heaviest clusters head one each."""
         self.clusters_ = labels.astype(np.int64)
         self.n_clusterings_ += 1
-        ids = np.unique(labels)
-        groups = [np.flatnonzero(labels == c) for c in ids]
+        # the clients of each cluster, ascending, clusters by label (a stable sort, not one pass per cluster)
+        order = np.argsort(labels, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(labels[order])) + 1)
         # Filler order of the official code: clusters by increasing weight, clients shuffled inside each.
         weight = np.array([self.weights_[g].sum() for g in groups])
         groups = [self.rng_.permutation(groups[i]) for i in np.argsort(weight, kind="stable")]
@@ -433,7 +580,10 @@ class ClusteredSamplingSelector(BaseSelector):
             )
         if self.representatives_ is None:
             self.representatives_ = np.zeros((self.n_clients_, upd.shape[1]), dtype=np.float32)
-            self._gram = np.zeros((self.n_clients_, self.n_clients_))
+            if self.similarity == "knn":
+                self._sq_norms = np.zeros(self.n_clients_)
+            else:
+                self._gram = np.zeros((self.n_clients_, self.n_clients_))
         elif upd.shape[1] != self.representatives_.shape[1]:
             raise ValueError(
                 f"{type(self).__name__}: round {round}: updates have {upd.shape[1]} entries, the stored ones "
@@ -444,6 +594,12 @@ class ClusteredSamplingSelector(BaseSelector):
         if self.seen_[ids].all() and np.array_equal(self.representatives_[ids], upd):
             return  # nothing new: the tree stands
         self.representatives_[ids] = upd
+        if self.similarity == "knn":  # the graph is brought up to date at the next clustering
+            self._sq_norms[ids] = np.einsum("ij,ij->i", upd, upd, dtype=np.float64)
+            self._pending[ids] = True
+            self.seen_[ids] = True
+            self._stale = True
+            return
         # float32 products (no N x D float64 copy); the N x N Gram matrix itself is kept in float64.
         rows = (self.representatives_[ids] @ self.representatives_.T).astype(np.float64)
         self._gram[ids, :] = rows  # type: ignore[index]

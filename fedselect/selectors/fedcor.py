@@ -165,11 +165,23 @@ class FedCorSelector(BaseSelector):
     **Costs.** Warm-up: N losses per round for ``W + 2`` rounds. Each GP round: one trial
     (``n`` local trainings, N models down, N losses up). Nothing else.
 
-    **Scale.** The GP is a GPyTorch ``MultivariateNormal`` over a
-    ``LowRankRootAddedDiagLinearOperator``: each Adam step costs O(N d^2) (Woodbury
-    identity and matrix determinant lemma), and selection is O(N (d + n)) per pick, so
-    neither ever forms an N x N matrix (about 2 ms per step at N = 100; see
-    ``benchmarks/bench_fedcor_gp.py`` for N up to 100,000).
+    **Scale.** The paper's GP is over all N clients, but its kernel ``X^T X + s_n^2 I`` is
+    low rank plus diagonal, so nothing needs the N x N covariance (80 GB in float64 at
+    N = 100,000). The GP is a GPyTorch ``MultivariateNormal`` over a
+    ``LowRankRootAddedDiagLinearOperator``: an Adam step on M vectors costs
+    O(N d^2 + N d M) time (Woodbury identity and matrix determinant lemma on a d x d
+    Cholesky factor) and O(N (d + M)) memory, and selection is O(N (d + n)) per pick
+    (Sigma minus accumulated rank-one terms); this is the paper's model computed exactly,
+    not an approximation. The state is X (N x d; during a fit also its gradient and Adam's two
+    moments), the annealing factors and the last losses (N each) and at most
+    ``max(warmup_history, history * gp_interval) + 1`` loss-change vectors (N each): about
+    ``8 N (4 d + 13)`` bytes at the defaults, 58 MB at N = 100,000, so no N breaks it before
+    the federation itself does. Time is what grows: over a 500-round FMNIST schedule (W = 15, Dt = 10) the
+    warm-up fits take 16 x 150 Adam steps and the 48 GP rounds 100 steps each, plus the
+    warm-up's N losses per round and each GP round's trial evaluated on all N clients;
+    ``gp_solver="closed-form"`` computes the same likelihood about 3x faster per step at
+    N = 100,000 (see the parameter). Measured seconds per round at N = 1,000 to 100,000:
+    ``benchmarks/bench_scale.py`` (and ``benchmarks/bench_fedcor_gp.py`` for the fit alone).
 
     Parameters
     ----------
@@ -218,6 +230,16 @@ class FedCorSelector(BaseSelector):
         rounds) they chose the same clients in every round of 5 seeds, and in the others
         up to round 213-459, after every run had reached the target
         (``benchmarks/results/fedcor/REPORT.md``).
+    gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
+        How each Adam step evaluates the objective of Eq. (17): through the GPyTorch model
+        (the default; every recorded result used it), or by the same Woodbury and
+        determinant-lemma formulas written out in torch with the per-fit constants
+        (``r^T r``, the residuals) computed once per fit
+        (:meth:`fedselect.selectors._gp.LossChangeGP.closed_form_objective`). Both give the
+        paper's exact likelihood and gradient (they agree to about 1e-14 relative); the
+        closed form skips linear_operator's generic machinery and costs about a third per
+        step at N = 100,000 (``benchmarks/bench_scale.py``). Float rounding differs, so a run
+        with it is not bit-for-bit the default's (the GP and, rarely, a selection may differ).
     random_state : None, int or numpy RandomState, default=None
         Seeds the warm-up and trial choices and, through a torch Generator, the initial
         embeddings drawn from N(0, 1/d).
@@ -287,6 +309,7 @@ class FedCorSelector(BaseSelector):
         schedule: str = "paper",
         gp_history: str = "rounds",
         posterior_noise: bool = False,
+        gp_solver: str = "gpytorch",
         random_state: Any = None,
     ) -> None:
         self.rank = rank
@@ -304,6 +327,7 @@ class FedCorSelector(BaseSelector):
         self.schedule = schedule
         self.gp_history = gp_history
         self.posterior_noise = posterior_noise
+        self.gp_solver = gp_solver
         self.random_state = random_state
 
     # -- parameters -------------------------------------------------------------------
@@ -325,8 +349,10 @@ class FedCorSelector(BaseSelector):
         "schedule": [StrOptions(SCHEDULES)],
         "gp_history": [StrOptions(GP_HISTORIES)],
         "posterior_noise": ["boolean"],
+        "gp_solver": [StrOptions(_gp.SOLVERS)],
         "random_state": ["random_state"],
     }
+    _params_added_later: ClassVar[dict[str, Any]] = {"gp_solver": "gpytorch"}
 
     def _fit(self, pool: ClientPool) -> None:
         n_clients = pool.n_clients
@@ -475,7 +501,8 @@ class FedCorSelector(BaseSelector):
         if self.update_mean:
             self._gp.set_mean(values, weights)
         try:
-            result = self._gp.fit(values, weights, iterations=iterations, lr=float(self.gp_lr))
+            result = self._gp.fit(values, weights, iterations=iterations, lr=float(self.gp_lr),
+                                  solver=self.gp_solver)
         except RuntimeError as exc:  # linear_operator's NanError / NotPSDError once the embeddings blow up
             raise FloatingPointError(
                 f"FedCorSelector: the GP fit of round {t} ({kind}) diverged ({type(exc).__name__}: {exc}); try "

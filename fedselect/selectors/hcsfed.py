@@ -356,6 +356,25 @@ class HCSFedSelector(BaseSelector):
     round falls back to ``n`` uniformly random clients weighted ``p_k N / n`` (Eq. 4's
     estimator). Not in the paper, which assumes every client answers.
 
+    **Scale.** As written, every client trains and uploads a compressed update every round:
+    N local trainings and N d' floats up per round (HCSFed's price, step 1), and in this
+    simulator the N trainings run as one batch holding a few N x D float32 arrays: about
+    ``24 N D`` bytes at the peak (plus ``8 N d'`` for the compressed updates), which passes
+    24 GB at N = 19,000 for FedCor's FMNIST MLP (D = 52,650), N = 127,000 for logistic
+    regression on FMNIST (D = 7,850) and N = 1.6 million for the 610-parameter model of
+    ``benchmarks/bench_scale.py``. ``max_trained=M`` bounds the round: a uniformly random
+    subset A of M clients (drawn without replacement from the selector's stream) trains and
+    uploads, steps 2-5 run on A alone, and each chosen client's weight is multiplied by
+    N / M, ``w_k = (N / M) p_k / pi_k^A``, so that
+    ``E[sum_{k in S} w_k G_k] = E_A[(N / M) sum_{k in A} p_k G_k] = sum_k p_k G_k``: the
+    aggregate stays an unbiased estimate of full participation (under the same condition as
+    the paper's: every client of A gets pi_k > 0, see the known limit above). What changes
+    against the paper: the clusters, the shares of Eq. 5 and the norms of Eq. 6 are those of
+    the M clients of A, so the variance reduction of Theorem 1 applies within A and the
+    uniform first stage adds its own variance (it vanishes as M reaches N); small clusters
+    of A are more often singletons (``uniform_mix > 0`` keeps them in). Cost: M local
+    trainings and M d' floats up per round. With ``max_trained >= N`` the option is off.
+
     Parameters
     ----------
     n_clusters : int, default=5
@@ -382,8 +401,12 @@ class HCSFedSelector(BaseSelector):
         ``hcsfed-fmnist-q*`` presets (where no zero-cohesion cluster was seen) eps = 0.1
         was level with eps = 0 over 10 seeds: 42.0 against 43.9 rounds to 80 % at
         q = 0.1 (``benchmarks/results/hcsfed/REPORT.md``).
+    max_trained : int or None, default=None
+        M, the most clients that train and upload in a round (see Scale). ``None`` trains
+        every client (the paper). Must be at least the ``n`` asked for and ``n_clusters``.
     random_state : None, int or numpy RandomState, default=None
-        Seeds k-means, the rounding, the PPS draws and the projection.
+        Seeds k-means, the rounding, the PPS draws, the projection and the subsets of
+        ``max_trained``.
 
     Attributes
     ----------
@@ -402,6 +425,8 @@ class HCSFedSelector(BaseSelector):
         Eq. 5 or Eq. 6 skipped that round: a singleton or zero-cohesion cluster, a zero update).
     compressed_dim_ : int or None
         d', the length of the compressed updates in the latest round.
+    probed_ : ndarray of int or None
+        With ``max_trained``, the subset A that trained in the latest round (None without).
 
     References
     ----------
@@ -429,6 +454,7 @@ class HCSFedSelector(BaseSelector):
         kmeans_init: str = "random",
         rounding: str = "systematic",
         uniform_mix: float = 0.0,
+        max_trained: int | None = None,
         random_state: Any = None,
     ) -> None:
         self.n_clusters = n_clusters
@@ -438,6 +464,7 @@ class HCSFedSelector(BaseSelector):
         self.kmeans_init = kmeans_init
         self.rounding = rounding
         self.uniform_mix = uniform_mix
+        self.max_trained = max_trained
         self.random_state = random_state
 
     # n_clusters <= N needs the federation: checked in _fit.
@@ -449,8 +476,10 @@ class HCSFedSelector(BaseSelector):
         "kmeans_init": [StrOptions(_INITS)],
         "rounding": [StrOptions(_ROUNDINGS)],
         "uniform_mix": [Interval(Real, 0, 1, closed="left")],
+        "max_trained": [None, Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
+    _params_added_later: ClassVar[dict[str, Any]] = {"max_trained": None}
 
     def _fit(self, pool: ClientPool) -> None:
         if self.n_clusters > pool.n_clients:
@@ -465,9 +494,12 @@ class HCSFedSelector(BaseSelector):
         self.allocation_ = None
         self.inclusion_ = None
         self.compressed_dim_ = None
+        self.probed_ = None
 
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
         N = self.n_clients_
+        if self.max_trained is not None and int(self.max_trained) < N:
+            return self._select_subset(n, int(self.max_trained), round=round, oracle=oracle)
         rng = self.rng_
         transform = make_compressor(self.compressor, oracle.global_parameters(), rng, float(self.compression_rate))
         X = np.asarray(oracle.local_updates(np.arange(N), transform=transform), dtype=np.float64)
@@ -493,6 +525,43 @@ class HCSFedSelector(BaseSelector):
             return Selection(answered[local], weights)
         local, weights = self._sample(X, self.weights_, n)
         return Selection(local, weights)
+
+    def _select_subset(self, n: int, M: int, *, round: int, oracle: ClientOracle) -> Selection:
+        """``max_trained``: Algorithm 2 on a uniformly random subset A of M clients, weights scaled by N / M."""
+        N = self.n_clients_
+        H = int(self.n_clusters)
+        if M < max(n, H):
+            raise ValueError(
+                f"{type(self).__name__}: parameter max_trained={self.max_trained!r} is smaller than the n={n} clients "
+                f"asked for or n_clusters={H}; expected max_trained >= {max(n, H)} (or None to train every client)"
+            )
+        probed = np.sort(self.rng_.choice(N, M, replace=False))
+        self.probed_ = probed
+        transform = make_compressor(self.compressor, oracle.global_parameters(), self.rng_,
+                                    float(self.compression_rate))
+        X = np.asarray(oracle.local_updates(probed, transform=transform), dtype=np.float64)
+        if X.ndim != 2 or X.shape[0] != M:
+            raise ValueError(
+                f"{type(self).__name__}: round {round}: the compressor gave an array of shape {X.shape}; expected "
+                f"one row per trained client ({M})"
+            )
+        bad = np.flatnonzero(np.isinf(X).any(1))
+        if bad.size:
+            raise ValueError(
+                f"{type(self).__name__}: round {round}: the compressed local updates of client(s) "
+                f"{probed[bad][:5].tolist()} are infinite (a diverged local training; lower the learning rate)"
+            )
+        rows = np.flatnonzero(~np.isnan(X).any(1))  # the clients of A that answered
+        if rows.size < max(n, H):
+            return self._fallback(n, probed[rows])
+        # A is uniform, so (N / M) p_k makes sum_{k in A} an unbiased total; clients of A that did not answer
+        # hand their share to those that did (as the uncapped scheme renormalises over the answers).
+        p = self.weights_[probed[rows]] * (N / M)
+        p = p * (self.weights_[probed].sum() * (N / M) / p.sum())
+        local, weights = self._sample(X[rows], p, n)
+        self.labels_ = _spread(self.labels_, probed[rows], N, -1)
+        self.inclusion_ = _spread(self.inclusion_, probed[rows], N, 0.0)
+        return Selection(probed[rows][local], weights)
 
     def _fallback(self, n: int, answered: np.ndarray) -> Selection:
         """Too few clients answered to cluster: n uniformly random clients, weighted p'_k M / n (Eq. 4's estimator).

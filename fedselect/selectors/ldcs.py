@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils import check_random_state
 
-from .._validation import StrOptions
+from .._validation import Interval, StrOptions
 from ..hookspecs import hookimpl
 from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
 __all__ = ["LargestDistanceSelector"]
 
 _INITIAL = ("all", "probe")
+_STORAGES = ("float32", "float16", "sketch")
 _CHUNK = 256  # rows per distance block: bounds the float64 temporary to _CHUNK x D
 
 
@@ -50,9 +52,37 @@ class LargestDistanceSelector(BaseSelector):
 
     Memory: the server holds one float32 model per client, an ``N x D`` array of
     ``4 N D`` bytes (the paper's "N x d units of memory"); for example 10 clients of
-    FedCor's 784-64-30-10 MLP (D = 52,500) take 2.1 MB, and 100 clients of FedCor's
+    FedCor's 784-64-30-10 MLP (D = 52,650) take 2.1 MB, and 100 clients of FedCor's
     CIFAR-10 CNN (D = 122,570) take 49 MB. It is allocated when the first local models
     arrive, and distances are computed in blocks of 256 rows.
+
+    **Scale.** ``4 N D`` bytes reach 24 GB at N = 114,000 for the MLP and N = 49,000 for the
+    CNN, and a distance pass reads all of it every round (O(N D) time). In this simulator
+    round 0 (``initial="all"`` or ``"probe"``) also trains all N clients in one batch, whose
+    parameters, gradients and updates peak at about ``24 N D`` bytes whatever the storage
+    (N = 19,000 for the MLP on 24 GB; a deployment trains them on the clients). ``storage``
+    bounds the server's state:
+
+    ``"float32"`` (default, the paper)
+        the models as they are, ``4 N D`` bytes.
+    ``"float16"``
+        each model minus a reference (the mean of the first local models stored, kept in
+        float32) in half precision: ``2 N D + 4 D`` bytes. Storing the difference rather than
+        the model keeps the rounding error relative to how far a model moved from the
+        reference, not to the weights' size: each stored coordinate is off by at most
+        ``2^-11`` of its difference (half precision's 11 significant bits), so a distance is
+        off by about ``2^-11 ||theta_k - ref|| / sqrt(3)`` (rms), rarely enough to swap two
+        clients whose distances differ by more than 0.1 %. A difference beyond float16's
+        range (65,504) is refused with an error.
+    ``"sketch"``
+        a sparse random projection ``s_k = P theta_k`` to ``sketch_dim`` = k dimensions
+        (scikit-learn's ``SparseRandomProjection``, density ``1 / sqrt(D)``, seeded from the
+        selector's stream), and the distance ``||P theta^t - s_k||``: ``4 N k`` bytes plus
+        about ``12 k sqrt(D)`` for P. By the Johnson-Lindenstrauss lemma
+        ``||P x||^2 / ||x||^2`` has mean 1 and a relative standard deviation of about
+        ``sqrt(2 / k)`` (4.4 % at k = 1024), so clients whose distances differ by less than
+        that may be ranked in the other order; the farthest clients are still found. At
+        N = 100,000 and k = 1024: 410 MB instead of 21 GB for the MLP.
 
     **Clients that do not answer** the probe of ``initial="probe"`` (NaN rows, see
     :class:`~fedselect.ClientOracle`) get no stored model; in that round they are chosen
@@ -67,16 +97,26 @@ class LargestDistanceSelector(BaseSelector):
         ``"all"`` trains everyone in the first round (the paper); ``"probe"`` asks the
         oracle for every client's local update in the first round and then chooses
         exactly K.
+    storage : {"float32", "float16", "sketch"}, default="float32"
+        How the server stores the clients' last local models (see Scale): as they are (the
+        paper), as float16 differences from a reference, or as random-projection sketches.
+    sketch_dim : int, default=1024
+        k, the dimension of the sketches of ``storage="sketch"`` (below D); ignored otherwise.
     random_state : None, int or numpy RandomState, default=None
-        Seeds the tie-breaking.
+        Seeds the tie-breaking (and the projection of ``storage="sketch"``).
 
     Attributes
     ----------
     rng_ : numpy RandomState
         The tie-breaking stream.
-    models_ : ndarray of float32, shape (n_clients, D), or None
-        Each client's last local model (rows of unknown clients are zero); None until
-        the first local models arrive.
+    models_ : ndarray, shape (n_clients, D) or (n_clients, sketch_dim), or None
+        What the server keeps of each client's last local model (rows of unknown clients
+        are zero); None until the first local models arrive. ``"float32"``: the models;
+        ``"float16"``: the models minus ``reference_``; ``"sketch"``: ``P theta_k``.
+    reference_ : ndarray of float32, shape (D,), or None
+        ``storage="float16"``: what the stored differences are taken from.
+    projection_ : scipy sparse matrix, shape (sketch_dim, D), or None
+        ``storage="sketch"``: P.
     known_ : ndarray of bool, shape (n_clients,)
         Which clients have a stored model.
     last_trained_ : ndarray of int, shape (n_clients,)
@@ -117,8 +157,12 @@ class LargestDistanceSelector(BaseSelector):
     needs = frozenset({"updates", "global"})
     diagnostics = ("last_distances_", "last_trained_")  # kept by fedselect.compare with each run
 
-    def __init__(self, *, initial: str = "all", random_state: Any = None) -> None:
+    def __init__(
+        self, *, initial: str = "all", storage: str = "float32", sketch_dim: int = 1024, random_state: Any = None
+    ) -> None:
         self.initial = initial
+        self.storage = storage
+        self.sketch_dim = sketch_dim
         self.random_state = random_state
 
     @property
@@ -128,12 +172,19 @@ class LargestDistanceSelector(BaseSelector):
 
     _parameter_constraints: ClassVar[dict[str, Any]] = {
         "initial": [StrOptions(_INITIAL)],
+        "storage": [StrOptions(_STORAGES)],
+        "sketch_dim": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
+    _params_added_later: ClassVar[dict[str, Any]] = {"storage": "float32", "sketch_dim": 1024}
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)
+        # the projection's seed is drawn only when it is used, so the default's tie-breaking stream is unchanged
+        self._sketch_seed = int(self.rng_.randint(2**31 - 1)) if self.storage == "sketch" else None
         self.models_: np.ndarray | None = None
+        self.reference_: np.ndarray | None = None
+        self.projection_: Any = None
         self.known_ = np.zeros(self.n_clients_, dtype=bool)
         self.last_trained_ = np.full(self.n_clients_, -1, dtype=np.int64)
         self.last_distances_: np.ndarray | None = None
@@ -154,15 +205,63 @@ class LargestDistanceSelector(BaseSelector):
                 "holds NaN or inf; the run diverged (lower the learning rate)"
             )
         if self.models_ is None:
-            self.models_ = np.zeros((self.n_clients_, local_models.shape[1]), dtype=np.float32)
-        elif local_models.shape[1] != self.models_.shape[1]:
+            self._start_storage(local_models, round)
+        elif local_models.shape[1] != self._model_size:
             raise ValueError(
                 f"{type(self).__name__}: round {round}: local models have {local_models.shape[1]} parameters, "
-                f"the stored ones {self.models_.shape[1]}"
+                f"the stored ones {self._model_size}"
             )
-        self.models_[ids] = local_models
+        self.models_[ids] = self._encode(local_models, ids, round)  # type: ignore[index]
         self.known_[ids] = True
         self.last_trained_[ids] = round
+
+    @property
+    def _model_size(self) -> int:
+        """D, the length of a flattened model (once models are stored)."""
+        return int(self.projection_.shape[1] if self.storage == "sketch" else self.models_.shape[1])  # type: ignore[union-attr]
+
+    def _start_storage(self, first: np.ndarray, round: int) -> None:
+        n, d = self.n_clients_, first.shape[1]
+        if self.storage == "float16":
+            self.reference_ = first.mean(axis=0, dtype=np.float64).astype(np.float32)
+            self.models_ = np.zeros((n, d), dtype=np.float16)
+        elif self.storage == "sketch":
+            if int(self.sketch_dim) >= d:
+                raise ValueError(
+                    f"{type(self).__name__}: parameter sketch_dim={self.sketch_dim!r} is not below the model size "
+                    f"D={d}; a sketch only saves memory with sketch_dim < D (or use storage='float32')"
+                )
+            from sklearn.random_projection import SparseRandomProjection
+
+            proj = SparseRandomProjection(n_components=int(self.sketch_dim), density="auto",
+                                          random_state=self._sketch_seed)
+            self.projection_ = proj.fit(np.zeros((1, d))).components_.tocsr()
+            self.models_ = np.zeros((n, int(self.sketch_dim)), dtype=np.float32)
+        else:
+            self.models_ = np.zeros((n, d), dtype=np.float32)
+
+    def _encode(self, local_models: np.ndarray, ids: np.ndarray, round: int) -> np.ndarray:
+        """What is stored of these (float32) local models."""
+        if self.storage == "float16":
+            diff = (local_models - self.reference_).astype(np.float16)
+            bad = ~np.isfinite(diff).all(axis=1)
+            if bad.any():
+                raise ValueError(
+                    f"{type(self).__name__}: round {round}: the local model of client(s) {ids[bad][:10].tolist()} "
+                    "is farther from the stored reference than float16 can hold (65,504); use storage='float32'"
+                )
+            return diff
+        if self.storage == "sketch":
+            return np.asarray(self.projection_ @ local_models.astype(np.float64).T).T.astype(np.float32)
+        return local_models
+
+    def _encode_global(self, g: np.ndarray) -> np.ndarray:
+        """The global model as the stored rows are compared with it (float64)."""
+        if self.storage == "float16":
+            return g - self.reference_
+        if self.storage == "sketch":
+            return np.asarray(self.projection_ @ g).reshape(-1)
+        return g
 
     def distances(self, global_model: np.ndarray) -> np.ndarray:
         """``||theta - theta_k||_F`` over all parameters for every client (``inf`` if unknown).
@@ -180,11 +279,12 @@ class LargestDistanceSelector(BaseSelector):
         if self.models_ is None:
             return out
         g = np.asarray(global_model, dtype=np.float64).reshape(-1)
-        if g.size != self.models_.shape[1]:
+        if g.size != self._model_size:
             raise ValueError(
                 f"{type(self).__name__}: the global model has {g.size} parameters, the stored local models "
-                f"{self.models_.shape[1]}"
+                f"{self._model_size}"
             )
+        g = self._encode_global(g)
         known = np.flatnonzero(self.known_)
         for start in range(0, known.size, _CHUNK):
             rows = known[start : start + _CHUNK]

@@ -152,13 +152,37 @@ class OptimalClientSamplingSelector(BaseSelector):
     ``p_k`` renormalised over them; if nobody answered, ``n`` uniformly random clients are
     returned without weights. Not in the paper, which assumes every client answers.
 
+    **Scale.** As written, every client trains every round to report its norm: N local
+    trainings and N floats up per round, and in this simulator the N trainings run as one
+    batch holding a few N x D float32 arrays (parameters, gradients, updates, the round's
+    record of them): about ``24 N D`` bytes at the peak, which passes 24 GB at N = 19,000
+    for FedCor's FMNIST MLP (D = 52,650), N = 127,000 for logistic regression on FMNIST
+    (D = 7,850), and at N = 1.6 million for the 610-parameter model of
+    ``benchmarks/bench_scale.py``; its time grows with N too (N trainings a round). A real
+    deployment holds no such batch, but still pays the N trainings. ``max_trained=M`` bounds
+    both: each round a uniformly random subset A of M clients (drawn without replacement
+    from the selector's stream) trains and reports its norm, the optimal probabilities are
+    computed within A (budget m), and each chosen client's weight is multiplied by N / M:
+
+    ``w_k = (N / M) p_k (1 - P0) / pi_k^A``,
+
+    so that ``E[sum_{k in S} w_k U_k] = E_A[(N / M) sum_{k in A} p_k U_k] = sum_k p_k U_k``:
+    still unbiased for full participation (a two-stage design: uniform, then optimal). What
+    changes against the paper: the probabilities are variance-optimal given A only, so the
+    aggregate carries the variance of the uniform first stage as well (it vanishes as M
+    reaches N), and clients outside A cannot be chosen that round. Cost: M local trainings
+    and M floats up per round instead of N. With ``max_trained >= N`` the option is off.
+
     Parameters
     ----------
     random_state : None, int or numpy RandomState, default=None
-        Seeds the inclusion draws.
+        Seeds the inclusion draws (and the subsets of ``max_trained``).
     budget : int or None, default=None
         The expected number of clients m (the paper's communication budget). ``None``
         uses the ``n`` passed to :meth:`select`; an int overrides it (clipped to N).
+    max_trained : int or None, default=None
+        M, the most clients that train and report their norm in a round (see Scale).
+        ``None`` trains every client (the paper). Must be at least the budget m.
 
     Attributes
     ----------
@@ -167,7 +191,9 @@ class OptimalClientSamplingSelector(BaseSelector):
     last_probabilities_ : ndarray of float or None
         pi of the latest round (unconditional).
     last_norms_ : ndarray of float or None
-        ||U_k|| reported in the latest round.
+        ||U_k|| reported in the latest round (NaN for the clients that did not report).
+    last_probed_ : ndarray of int or None
+        With ``max_trained``, the subset A that trained in the latest round (None without).
 
     References
     ----------
@@ -187,23 +213,29 @@ class OptimalClientSamplingSelector(BaseSelector):
 
     variable_size = True
 
-    def __init__(self, *, random_state: Any = None, budget: int | None = None) -> None:
+    def __init__(self, *, random_state: Any = None, budget: int | None = None, max_trained: int | None = None) -> None:
         self.random_state = random_state
         self.budget = budget
+        self.max_trained = max_trained
 
     _parameter_constraints: ClassVar[dict[str, Any]] = {
         "budget": [None, Interval(Integral, 1, None, closed="left")],
+        "max_trained": [None, Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
+    _params_added_later: ClassVar[dict[str, Any]] = {"max_trained": None}
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)
         self.last_probabilities_ = None
         self.last_norms_ = None
+        self.last_probed_ = None
 
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
         N = self.n_clients_
         m = n if self.budget is None else min(int(self.budget), N)
+        if self.max_trained is not None and int(self.max_trained) < N:
+            return self._select_subset(m, int(self.max_trained), round=round, oracle=oracle)
         ids = np.arange(N)
         norms = np.asarray(
             oracle.local_updates(ids, transform=lambda u: np.array([np.linalg.norm(u)], dtype=np.float32)),
@@ -233,6 +265,55 @@ class OptimalClientSamplingSelector(BaseSelector):
         self.last_probabilities_ = pi
         self.last_norms_ = norms
         return Selection(chosen, p[chosen] * (1.0 - p0) / pi[chosen])
+
+    def _norms(self, oracle: ClientOracle, ids: np.ndarray, round: int) -> np.ndarray:
+        norms = np.asarray(
+            oracle.local_updates(ids, transform=lambda u: np.array([np.linalg.norm(u)], dtype=np.float32)),
+            dtype=np.float64,
+        ).reshape(-1)
+        bad = np.flatnonzero(np.isinf(norms))
+        if bad.size:
+            raise ValueError(
+                f"{type(self).__name__}: round {round}: local update norms of client(s) {ids[bad][:5].tolist()} "
+                "are infinite (a diverged local training)"
+            )
+        return norms
+
+    def _select_subset(self, m: int, M: int, *, round: int, oracle: ClientOracle) -> Selection:
+        """``max_trained``: the scheme on a uniformly random subset A of M clients, weights scaled by N / M."""
+        N = self.n_clients_
+        if M < m:
+            raise ValueError(
+                f"{type(self).__name__}: parameter max_trained={self.max_trained!r} is smaller than the budget "
+                f"m={m} of this round; expected max_trained >= m (or None to train every client)"
+            )
+        probed = np.sort(self.rng_.choice(N, M, replace=False))
+        norms_a = self._norms(oracle, probed, round)
+        self.last_probed_ = probed
+        norms = np.full(N, np.nan)
+        norms[probed] = norms_a
+        self.last_norms_ = norms
+        pi = np.zeros(N)
+        answered = probed[~np.isnan(norms_a)]
+        if not answered.size:
+            self.last_probabilities_ = pi
+            return Selection(np.sort(self.rng_.choice(N, min(m, N), replace=False)))
+        # First stage: A is uniform, so (N / M) p_k weights sum_{k in A} into an unbiased total; clients of A
+        # that did not answer hand their share to those that did (as the uncapped scheme renormalises).
+        p = self.weights_[probed] * (N / M)
+        total = p.sum()
+        p_ans = self.weights_[answered] * (N / M)
+        p_ans = p_ans * (total / p_ans.sum())
+        pi[answered] = optimal_probabilities(p_ans * norms[answered], min(m, answered.size))
+        p0 = float(np.prod(1.0 - pi[answered]))
+        while True:
+            hit = answered[self.rng_.random_sample(answered.size) < pi[answered]]
+            if hit.size:
+                break
+        self.last_probabilities_ = pi
+        p_all = np.zeros(N)
+        p_all[answered] = p_ans
+        return Selection(hit, p_all[hit] * (1.0 - p0) / pi[hit])
 
 
 @hookimpl

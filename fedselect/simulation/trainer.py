@@ -342,7 +342,7 @@ class SimulationOracle(ClientOracle):
         if self._buffers is not None:
             buffers_trial = aggregate_buffers(self._buffers, self.buffers_of(alive), w)
         # The trial model goes down to every client; those who answer send one scalar back.
-        answering = np.array(sorted(set(range(self.n_clients)) - led.failed), dtype=np.int64)
+        answering = led.answering()
         eng = self._engine
         after = eng.client_losses(theta_trial, None, buffers_trial)
         led.record_trial(answering.size, samples_evaluated=int(eng.eval_sizes[answering].sum()),
@@ -1053,7 +1053,7 @@ class FederatedTrainer(BaseEstimator):
         return flatten_config({
             "trainer": params,
             "selector": {"class": f"{type(selector).__module__}.{type(selector).__qualname__}",
-                         "params": selector.get_params(deep=False)},
+                         "params": selector.identifying_params()},
             "federation": {"metadata": dict(getattr(fed, "metadata", {}) or {}), "n_clients": fed.n_clients,
                            "data_sha256": h.hexdigest()},
             "model": {"n_params": int(theta0.numel()),

@@ -284,6 +284,20 @@ def test_synthetic_heterogeneity():
     assert hetero_y > iid_y + 0.2
 
 
+def test_synthetic_sizes():
+    """Given sizes replace FedProx's power law: one int for everyone, or one per client."""
+    data = make_synthetic(1.0, 1.0, 4, random_state=0, sizes=3)
+    assert [X.shape[0] for X, _ in data] == [3, 3, 3, 3]
+    data = make_synthetic(1.0, 1.0, 3, random_state=0, sizes=np.array([2, 5, 1]))
+    assert [X.shape[0] for X, _ in data] == [2, 5, 1] and all(y.shape == (X.shape[0],) for X, y in data)
+    # the default still draws the power law, unchanged
+    default = make_synthetic(1.0, 1.0, 8, random_state=0)
+    assert min(X.shape[0] for X, _ in default) >= 50
+    for bad in (0, [1, 2], [1, 0, 1], 2.5, "many", [[1, 2, 3]]):
+        with pytest.raises(ValueError, match=r"make_synthetic: parameter sizes=.* expected None, an integer >= 1"):
+            make_synthetic(1.0, 1.0, 3, sizes=bad)
+
+
 def test_synthetic_bad_params():
     with pytest.raises(ValueError, match="alpha"):
         make_synthetic(-1.0, 1.0, 3)

@@ -160,6 +160,27 @@ def test_make_federation_synthetic():
         make_federation("synthetic", n_clients=3, gamma=1.0)
 
 
+def test_make_federation_synthetic_sizes():
+    """A cross-device federation: many small clients, sizes recorded by a digest, a size of 1 refused."""
+    sizes = np.arange(5, 25)
+    fed = make_federation("synthetic", n_clients=20, sizes=sizes, random_state=0)
+    assert (fed.n_samples == (0.8 * sizes).astype(int)).all()
+    assert fed.y_test.size == int(sizes.sum() - fed.n_samples.sum())
+    assert fed.metadata["sizes"].startswith("20 sizes, min 5, mean 14.5, max 24, sha256 ")
+    assert make_federation("synthetic", n_clients=3, sizes=4, random_state=0).metadata["sizes"] == 4
+    with pytest.raises(ValueError, match="fewer than 2 samples"):
+        make_federation("synthetic", n_clients=3, sizes=[1, 4, 4])
+
+
+def test_federation_sizes_are_copies():
+    """n_samples / n_train_samples are counted once but handed out as copies a caller may change."""
+    fed = make_federation("digits", n_clients=5, holdout=0.2, random_state=0)
+    n = fed.n_samples
+    n += 1000
+    assert (fed.n_samples < 1000).all()
+    assert (fed.n_samples == fed.n_train_samples + [len(ix) for ix in fed.eval_indices]).all()
+
+
 @pytest.mark.skipif(not (FMNIST_DIR / "train-images-idx3-ubyte.gz").is_file(), reason="Fashion-MNIST not installed")
 def test_make_federation_fmnist_2spc(monkeypatch, tmp_path):
     monkeypatch.delenv("FEDSELECT_DATA", raising=False)

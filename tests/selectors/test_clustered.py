@@ -14,6 +14,7 @@ VARIANTS = [
     {"method": "similarity", "init": "probe"},
     {"method": "similarity", "init": "size", "distance": "l2", "linkage": "average"},
     {"method": "similarity", "distance": "l1", "linkage": "complete", "linkage_input": "rows"},
+    {"method": "similarity", "similarity": "knn", "linkage": "single", "n_neighbors": 3},
 ]
 
 
@@ -172,7 +173,8 @@ class _Fixed(ClientOracle):
 
 @pytest.mark.parametrize(
     "params, n",
-    [({}, 4), ({}, 7), ({"method": "similarity"}, 4), ({"method": "similarity", "init": "probe"}, 3)],
+    [({}, 4), ({}, 7), ({"method": "similarity"}, 4), ({"method": "similarity", "init": "probe"}, 3),
+     ({"method": "similarity", "similarity": "knn", "linkage": "single", "n_neighbors": 4}, 4)],
 )
 def test_unbiased_with_a_heavy_client(params, n):
     # One client holds half the data (m p_k > 1 for n >= 3): its mass spans several distributions.
@@ -223,3 +225,67 @@ def test_single_client_federation():
     sel = ClusteredSamplingSelector(method="similarity", random_state=0).fit(ClientPool([5]))
     s = sel.select(1, round=0, oracle=SyntheticOracle(1))
     assert s.clients.tolist() == [0] and s.weights.tolist() == [1.0]
+
+
+KNN = {"method": "similarity", "similarity": "knn", "linkage": "single"}
+
+
+@pytest.mark.parametrize("distance", ["cosine", "l2", "l1"])
+@pytest.mark.parametrize("m", [2, 3, 5])
+def test_knn_with_a_complete_graph_is_dense_single_linkage(distance, m):
+    """n_neighbors = N - 1: the graph holds every pair, so the cut is the dense single-linkage tree's."""
+    rng = np.random.default_rng(m)
+    updates = (rng.normal(size=(30, 6)) * rng.uniform(0.2, 3.0, size=(30, 1))).astype(np.float32)
+    pool = ClientPool(rng.integers(5, 60, size=30))
+    out = {}
+    for name, params in (("dense", {}), ("knn", {"similarity": "knn", "n_neighbors": 29})):
+        sel = ClusteredSamplingSelector(method="similarity", linkage="single", distance=distance, init="probe",
+                                        random_state=0, **params).fit(pool)
+        sel.select(m, round=0, oracle=_Fixed(updates))
+        out[name] = sel
+    a, b = out["dense"].clusters_, out["knn"].clusters_
+    pairs = lambda lab: lab[:, None] == lab[None, :]  # noqa: E731 (the same partition, whatever the labels)
+    np.testing.assert_array_equal(pairs(a), pairs(b))
+    for sel in out.values():
+        _check_distributions(sel.distributions(), pool.weights, m)
+    assert out["knn"]._gram is None
+
+
+def test_knn_graph_lists_carry_current_distances_and_changed_clients_have_exact_lists():
+    rng = np.random.default_rng(0)
+    U = rng.normal(size=(40, 5)).astype(np.float32)
+    sel = ClusteredSamplingSelector(n_neighbors=4, random_state=0, **KNN).fit(ClientPool([1] * 40))
+    oracle = SyntheticOracle(40)
+    sel.select(3, round=0, oracle=oracle)  # nothing seen: a graph of zero distances
+    assert (sel._knn[1] == 0).all()
+    for t in range(1, 30):
+        ids = rng.choice(40, 6, replace=False)
+        U[ids] = rng.normal(size=(6, 5))
+        sel.update(_grouped_feedback(t, ids, U))
+        sel.select(3, round=t, oracle=oracle)
+        nbr, dist = sel._knn
+        full = sel._distance_rows(np.arange(40))
+        np.testing.assert_allclose(dist, np.take_along_axis(full, nbr, axis=1), rtol=1e-6, atol=1e-7)
+        assert (nbr != np.arange(40)[:, None]).all()
+        for i in ids:  # a client that just reported knows its k nearest exactly
+            np.testing.assert_allclose(np.sort(dist[i]), np.sort(np.delete(full[i], i))[:4], rtol=1e-6)
+        _check_distributions(sel.distributions(), np.full(40, 1 / 40), 3)
+
+
+def test_knn_puts_similar_clients_in_one_distribution():
+    groups, updates = _two_groups()
+    sel = ClusteredSamplingSelector(n_neighbors=3, random_state=0, **KNN).fit(ClientPool([1] * 8))
+    sel.update(_grouped_feedback(0, np.arange(8), updates))
+    for t in range(20):
+        s = sel.select(2, round=t, oracle=SyntheticOracle(8))
+        assert sorted(groups[s.clients].tolist()) == [0, 1]
+
+
+def test_knn_needs_single_linkage_and_a_positive_k():
+    with pytest.raises(ValueError, match=r"linkage='ward' cannot be used with similarity='knn'.*linkage='single'"):
+        ClusteredSamplingSelector(method="similarity", similarity="knn").fit(ClientPool([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"ClusteredSamplingSelector: parameter n_neighbors=0 is invalid"):
+        ClusteredSamplingSelector(n_neighbors=0, **KNN).fit(ClientPool([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"ClusteredSamplingSelector: parameter similarity='sparse' is invalid"):
+        ClusteredSamplingSelector(similarity="sparse").fit(ClientPool([1, 2, 3]))
+    ClusteredSamplingSelector(similarity="knn").fit(ClientPool([1, 2, 3]))  # Algorithm 1 ignores the similarity

@@ -93,10 +93,11 @@ class SpyFit:
         self.selector = selector
         self.calls: list[dict] = []
 
-    def __call__(self, values, weights, *, iterations, lr):
+    def __call__(self, values, weights, *, iterations, lr, solver="gpytorch"):
         history = {r.values.tobytes(): r.round for r in self.selector.history_}
         rounds = [history[v.tobytes()] for v in np.asarray(values)]
-        self.calls.append(dict(rounds=rounds, weights=np.asarray(weights), iterations=iterations, lr=lr))
+        self.calls.append(dict(rounds=rounds, weights=np.asarray(weights), iterations=iterations, lr=lr,
+                               solver=solver))
         return _gp.FitResult(iterations, 0.0, 0.0)
 
 
@@ -366,6 +367,40 @@ def test_reproducible_and_refit_starts_over():
         np.testing.assert_array_equal(x, z)
 
 
+def test_closed_form_solver_learns_the_same_gp_and_picks_alike():
+    """gp_solver="closed-form" computes the paper's likelihood by hand: the same GP to rounding, the same picks."""
+    runs = {}
+    for solver in ("gpytorch", "closed-form"):
+        oracle = GroupOracle(sizes=(8, 8, 8), scales=(0.3, 0.2, 0.25), noise=0.05, seed=1)
+        selector = FedCorSelector(rank=3, noise=0.05, warmup_rounds=4, gp_interval=3, warmup_iters=40, gp_iters=40,
+                                  gp_solver=solver, random_state=0)
+        runs[solver] = (run(selector, oracle, 3, 10), selector)
+    (a, sa), (b, sb) = runs["gpytorch"], runs["closed-form"]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_allclose(sb.embeddings_, sa.embeddings_, rtol=1e-8, atol=1e-10)
+    assert [f.kind for f in sb.fit_log_] == [f.kind for f in sa.fit_log_]
+    np.testing.assert_allclose([f.nll for f in sb.fit_log_], [f.nll for f in sa.fit_log_], rtol=1e-9)
+
+
+@pytest.mark.parametrize("solver", ["gpytorch", "closed-form"])
+def test_every_fit_uses_the_chosen_solver(monkeypatch, solver):
+    selector = FedCorSelector(warmup_rounds=2, gp_interval=3, gp_solver=solver, **FAST, random_state=0)
+    spy = spied(selector, monkeypatch)
+    run(selector, GroupOracle(), 3, 7)
+    assert len(spy.calls) >= 3 and {c["solver"] for c in spy.calls} == {solver}
+
+
+def test_gp_solver_is_left_out_of_run_identity_at_its_default():
+    """A parameter added after runs were recorded does not change what identifies those runs."""
+    from fedselect.plugins import as_selector_spec
+
+    assert "gp_solver" not in FedCorSelector(rank=4).identifying_params()
+    assert FedCorSelector(gp_solver="closed-form").identifying_params()["gp_solver"] == "closed-form"
+    assert "gp_solver" not in as_selector_spec(FedCorSelector(rank=4)).settings()["params"]
+    assert set(FedCorSelector().get_params()) - set(FedCorSelector().identifying_params()) == {"gp_solver"}
+
+
 # -- bad input -----------------------------------------------------------------------------
 def test_small_federation_clamps_rank_with_warning():
     with pytest.warns(UserWarning, match=r"rank=15 .* N=6"):
@@ -469,6 +504,7 @@ def test_constant_loss_changes_do_not_crash():
         ("warmup_rounds", -1),
         ("update_mean", "yes"),
         ("warmup_iters", 2.5),
+        ("gp_solver", "woodbury"),
     ],
 )
 def test_bad_parameters_name_class_parameter_and_value(param, value):

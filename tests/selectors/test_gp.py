@@ -85,6 +85,43 @@ def test_gradient_equals_dense_torch_gradient():
     torch.testing.assert_close(gp.root.grad, root.grad, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("with_mean", [False, True])
+def test_closed_form_objective_equals_gpytorch(with_mean):
+    """The hand-written Woodbury objective: GPyTorch's value and gradient, complete and partial vectors alike."""
+    rng = np.random.default_rng(5)
+    gp = make_gp(n_clients=30, rank=4, noise=0.05)
+    values = rng.normal(scale=0.3, size=(5, 30))
+    values[1, [3, 7]] = np.nan  # clients that did not answer
+    weights = 0.9 ** np.arange(5)[::-1]
+    if with_mean:
+        gp.set_mean(values, weights)
+    v, w = torch.from_numpy(values), torch.from_numpy(weights)
+    expected = gp.weighted_nll(v, w)
+    (g_expected,) = torch.autograd.grad(expected, gp.root)
+    got, g_got = gp.closed_form_objective(v, w)()
+    assert got.item() == pytest.approx(expected.item(), rel=1e-12)
+    torch.testing.assert_close(g_got, g_expected, rtol=1e-10, atol=1e-12)
+    for rows in ([0, 2], [1]):  # only complete vectors (the closed-form gradient), only a partial one (autograd)
+        value, grad = gp.closed_form_objective(v[rows], w[rows])()
+        ref = gp.weighted_nll(v[rows], w[rows])
+        (g_ref,) = torch.autograd.grad(ref, gp.root)
+        assert value.item() == pytest.approx(ref.item(), rel=1e-12)
+        torch.testing.assert_close(grad, g_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_closed_form_fit_follows_the_gpytorch_fit():
+    rng = np.random.default_rng(6)
+    values = rng.normal(scale=0.2, size=(3, 40))
+    weights = np.array([0.81, 0.9, 1.0])
+    a, b = make_gp(n_clients=40, rank=5), make_gp(n_clients=40, rank=5)
+    ra = a.fit(values, weights, iterations=60, lr=0.01)
+    rb = b.fit(values, weights, iterations=60, lr=0.01, solver="closed-form")
+    np.testing.assert_allclose(b.embeddings, a.embeddings, rtol=1e-9, atol=1e-12)
+    assert rb.nll == pytest.approx(ra.nll, rel=1e-10) and rb.initial_nll == pytest.approx(ra.initial_nll, rel=1e-12)
+    with pytest.raises(ValueError, match=r"LossChangeGP.fit: solver='dense'; expected one of"):
+        a.fit(values, weights, iterations=1, lr=0.01, solver="dense")
+
+
 def test_large_federation_never_forms_dense_matrix():
     # N x N at N = 60,000 would need 29 GB: this only runs if nothing densifies.
     n = 60_000
@@ -92,6 +129,7 @@ def test_large_federation_never_forms_dense_matrix():
     values = np.random.default_rng(0).normal(scale=0.1, size=(2, n))
     result = gp.fit(values, np.array([0.9, 1.0]), iterations=3, lr=0.01)
     assert np.isfinite(result.nll)
+    assert np.isfinite(gp.fit(values, np.array([0.9, 1.0]), iterations=3, lr=0.01, solver="closed-form").nll)
     chosen = _gp.greedy_select(gp.embeddings, 0.01, np.full(n, 1 / n), np.ones(n), 10)
     assert len(set(chosen.tolist())) == 10
 

@@ -209,6 +209,33 @@ def test_every_client_trains_and_uploads_compressed():
     assert oracle.costs.floats_up == 20 * sel.compressed_dim_ and sel.compressed_dim_ <= 4
 
 
+def test_max_trained_trains_a_uniform_subset_each_round():
+    """max_trained=M: M trainings and M compressed uploads a round, clustering and choice inside the subset."""
+    oracle = SyntheticOracle(60, dim=40, random_state=0)
+    sel = HCSFedSelector(n_clusters=3, compression_rate=0.1, max_trained=15, random_state=0)
+    sel.fit(ClientPool(oracle.n_samples))
+    for t in range(5):
+        before = (oracle.costs.local_trainings, oracle.costs.floats_up)
+        s = sel.select(4, round=t, oracle=oracle)
+        assert oracle.costs.local_trainings - before[0] == 15
+        assert oracle.costs.floats_up - before[1] == 15 * sel.compressed_dim_
+        probed = set(sel.probed_.tolist())
+        assert len(probed) == 15 and set(s.clients.tolist()) <= probed and len(s) == 4
+        assert (sel.labels_ >= 0).sum() == 15 and sel.inclusion_[sorted(set(range(60)) - probed)].max() == 0
+        # each chosen weight is (N / M) p_k / pi_k
+        np.testing.assert_allclose(s.weights, 4 * sel.weights_[s.clients] / sel.inclusion_[s.clients])
+        oracle.run_round(s.validated(60, 4))
+    with pytest.raises(ValueError, match=r"HCSFedSelector: parameter max_trained=3 is smaller than the n=4"):
+        HCSFedSelector(n_clusters=3, max_trained=3, random_state=0).fit(ClientPool(oracle.n_samples)).select(
+            4, round=0, oracle=oracle)
+    off = HCSFedSelector(n_clusters=3, compression_rate=0.1, max_trained=60, random_state=0)
+    ref = HCSFedSelector(n_clusters=3, compression_rate=0.1, random_state=0)
+    a = off.fit(ClientPool(oracle.n_samples)).select(4, round=9, oracle=oracle)
+    b = ref.fit(ClientPool(oracle.n_samples)).select(4, round=9, oracle=oracle)
+    np.testing.assert_array_equal(a.clients, b.clients)  # M >= N: the option is off
+    assert off.probed_ is None
+
+
 def test_callable_compressor():
     calls = []
 
@@ -235,6 +262,8 @@ def test_callable_compressor():
         ({"kmeans_init": "kmeans"}, "kmeans_init='kmeans'"),
         ({"uniform_mix": 1.0}, "uniform_mix=1.0"),
         ({"uniform_mix": -0.1}, "uniform_mix=-0.1"),
+        ({"max_trained": 0}, "max_trained=0"),
+        ({"max_trained": 2.5}, "max_trained=2.5"),
     ],
 )
 def test_bad_parameters(params, match):

@@ -209,3 +209,81 @@ def test_probe_round_does_not_choose_clients_that_did_not_answer():
         failed = oracle.ledger.failed
         assert len(failed) <= 15  # at least n answered
         assert not set(chosen.clients.tolist()) & failed
+
+
+def _trajectory_models(n_clients=300, dim=400, seed=0):
+    """Local models near a shared trajectory: weights of size ~1, each client a little away from the global."""
+    rng = np.random.default_rng(seed)
+    g = rng.normal(size=dim).astype(np.float32)
+    local = g + rng.normal(scale=rng.uniform(0.01, 0.2, size=(n_clients, 1)), size=(n_clients, dim)).astype(np.float32)
+    g_next = g + rng.normal(scale=0.02, size=dim).astype(np.float32)
+    return g, local, g_next
+
+
+@pytest.mark.parametrize("storage, rtol, kept", [("float16", 2e-3, 19), ("sketch", 0.25, 10)])
+def test_bounded_storage_keeps_distances_and_finds_the_farthest(storage, rtol, kept):
+    """float16 differences and sketches store less, and still rank the farthest clients first."""
+    g, local, g_next = _trajectory_models()
+    exact = LargestDistanceSelector(random_state=0).fit(ClientPool([10] * 300))
+    small = LargestDistanceSelector(storage=storage, sketch_dim=128, random_state=0).fit(ClientPool([10] * 300))
+    for sel in (exact, small):
+        sel.select(20, round=0, oracle=FakeOracle(g))
+        sel.update(_feedback(0, np.arange(300), g, local))
+    d_exact, d_small = exact.distances(g_next), small.distances(g_next)
+    np.testing.assert_allclose(d_small, d_exact, rtol=rtol)
+    top_exact = set(exact.select(20, round=1, oracle=FakeOracle(g_next)).clients.tolist())
+    top_small = set(small.select(20, round=1, oracle=FakeOracle(g_next)).clients.tolist())
+    assert len(top_exact & top_small) >= kept
+    assert d_exact[sorted(top_small)].min() >= np.quantile(d_exact, 0.8)  # every pick is among the farthest fifth
+    assert small.models_.nbytes <= exact.models_.nbytes / (2 if storage == "float16" else 3)
+    if storage == "float16":
+        assert small.models_.dtype == np.float16 and small.reference_.shape == (400,)
+        # what is stored is the difference from the reference, so it is far more precise than the model in float16
+        naive = np.linalg.norm(local.astype(np.float16).astype(np.float64) - g_next, axis=1)
+        assert np.abs(d_small - d_exact).mean() < np.abs(naive - d_exact).mean() / 4
+    else:
+        assert small.models_.shape == (300, 128) and small.projection_.shape == (128, 400)
+
+
+def test_sketch_is_seeded_and_default_stream_unchanged():
+    g, local, g_next = _trajectory_models(n_clients=50, dim=200)
+
+    def run(**params):
+        sel = LargestDistanceSelector(random_state=3, **params).fit(ClientPool([10] * 50))
+        sel.select(5, round=0, oracle=FakeOracle(g))
+        sel.update(_feedback(0, np.arange(50), g, local))
+        return sel, sel.select(5, round=1, oracle=FakeOracle(g_next)).clients
+
+    a, ca = run(storage="sketch", sketch_dim=64)
+    b, cb = run(storage="sketch", sketch_dim=64)
+    assert (a.projection_ != b.projection_).nnz == 0 and np.array_equal(ca, cb)
+    with pytest.raises(ValueError, match=r"LargestDistanceSelector: parameter sketch_dim=200 is not below"):
+        run(storage="sketch", sketch_dim=200)
+    with pytest.raises(ValueError, match=r"LargestDistanceSelector: parameter storage='int8' is invalid"):
+        run(storage="int8")
+    with pytest.raises(ValueError, match=r"LargestDistanceSelector: parameter sketch_dim=0 is invalid"):
+        run(storage="sketch", sketch_dim=0)
+
+
+def test_float16_refuses_a_model_beyond_its_range():
+    g = np.zeros(3, dtype=np.float32)
+    sel = LargestDistanceSelector(storage="float16").fit(ClientPool([1, 1]))
+    sel.select(1, round=0, oracle=FakeOracle(g))
+    sel.update(_feedback(0, [0, 1], g, np.zeros((2, 3))))
+    with pytest.raises(ValueError, match=r"round 1: the local model of client\(s\) \[1\] is farther"):
+        sel.update(_feedback(1, [1], g, np.array([[1e6, 0, 0]])))
+
+
+def test_a_selector_pickled_before_storage_existed_resumes_with_float32():
+    import pickle
+
+    g, local, g_next = _trajectory_models(n_clients=20, dim=30)
+    sel = LargestDistanceSelector(random_state=0).fit(ClientPool([10] * 20))
+    sel.select(4, round=0, oracle=FakeOracle(g))
+    sel.update(_feedback(0, np.arange(20), g, local))
+    for name in ("storage", "sketch_dim", "reference_", "projection_", "_sketch_seed"):
+        del sel.__dict__[name]  # what an earlier version pickled
+    again = pickle.loads(pickle.dumps(sel))
+    assert again.storage == "float32" and again.sketch_dim == 1024
+    np.testing.assert_array_equal(again.distances(g_next), np.linalg.norm(local - g_next.astype(np.float64), axis=1)
+                                  .astype(np.float64))

@@ -104,6 +104,35 @@ def test_budget_overrides_n_and_costs():
     assert oracle.costs.local_trainings == 10 and oracle.costs.floats_up == 10
 
 
+def test_max_trained_trains_a_uniform_subset_each_round():
+    """max_trained=M: M trainings and M norms up a round, the chosen inside the subset, each client probed alike."""
+    oracle = SyntheticOracle(40, random_state=0)
+    sel = OptimalClientSamplingSelector(max_trained=8, random_state=0).fit(ClientPool(oracle.n_samples))
+    seen = np.zeros(40)
+    for t in range(300):
+        before = oracle.costs.local_trainings
+        s = sel.select(3, round=t, oracle=oracle)
+        assert oracle.costs.local_trainings - before == 8 and oracle.costs.floats_up == (t + 1) * 8
+        assert sel.last_probed_.shape == (8,) and set(s.clients.tolist()) <= set(sel.last_probed_.tolist())
+        assert sel.last_probabilities_.sum() == pytest.approx(3.0) and np.isnan(sel.last_norms_).sum() == 32
+        seen[sel.last_probed_] += 1
+        oracle.run_round(s.validated(40, 3, variable_size=True))
+    assert np.all(np.abs(seen / 300 - 8 / 40) < 4 * np.sqrt(0.2 * 0.8 / 300))  # uniform subsets
+    full = OptimalClientSamplingSelector(max_trained=40, random_state=0).fit(ClientPool(oracle.n_samples))
+    ref = OptimalClientSamplingSelector(random_state=0).fit(ClientPool(oracle.n_samples))
+    a, b = full.select(3, round=0, oracle=oracle), ref.select(3, round=0, oracle=oracle)
+    np.testing.assert_array_equal(a.clients, b.clients)  # M >= N: the option is off
+    assert full.last_probed_ is None
+
+
+def test_max_trained_below_the_budget_is_refused():
+    with pytest.raises(ValueError, match=r"OptimalClientSamplingSelector: parameter max_trained=2 is smaller than"):
+        OptimalClientSamplingSelector(max_trained=2, random_state=0).fit(ClientPool([10] * 9)).select(
+            3, round=0, oracle=SyntheticOracle(9))
+    with pytest.raises(ValueError, match=r"OptimalClientSamplingSelector: parameter max_trained=0"):
+        OptimalClientSamplingSelector(max_trained=0).fit(ClientPool([10] * 9))
+
+
 def test_nan_norm_names_the_round():
     updates = np.ones((5, 3), dtype=np.float32)
     updates[4, 0] = np.inf

@@ -71,10 +71,22 @@ UNBIASED_SELECTORS: list[tuple[str, Callable[[int], BaseSelector], int]] = [
         lambda rs: HCSFedSelector(n_clusters=4, compression_rate=0.5, compressor="projection", random_state=rs),
         6,
     ),
+    (
+        "hcsfed-max-trained",
+        lambda rs: HCSFedSelector(n_clusters=3, compression_rate=0.5, uniform_mix=0.2, max_trained=12, random_state=rs),
+        5,
+    ),
     ("ocs", lambda rs: OptimalClientSamplingSelector(random_state=rs), 6),
+    ("ocs-max-trained", lambda rs: OptimalClientSamplingSelector(max_trained=10, random_state=rs), 4),
     ("ocs-small", lambda rs: OptimalClientSamplingSelector(random_state=rs), 1),
     ("clustered-size", lambda rs: ClusteredSamplingSelector(random_state=rs), 6),
     ("clustered-similarity", lambda rs: ClusteredSamplingSelector(method="similarity", random_state=rs), 6),
+    (
+        "clustered-similarity-knn",
+        lambda rs: ClusteredSamplingSelector(method="similarity", similarity="knn", linkage="single", n_neighbors=4,
+                                             random_state=rs),
+        6,
+    ),
     (
         "clustered-similarity-l2-rows",
         lambda rs: ClusteredSamplingSelector(method="similarity", distance="l2", linkage_input="rows", random_state=rs),
@@ -170,6 +182,26 @@ class _TopNorm(BaseSelector):
         norms = np.linalg.norm(oracle.local_updates(np.arange(self.n_clients_)), axis=1)
         chosen = np.argsort(-norms)[:n]
         return Selection(chosen, self.weights_[chosen] * self.n_clients_ / n)
+
+
+@pytest.mark.parametrize("scheme", ["ocs", "hcsfed"])
+def test_max_trained_without_the_n_over_m_factor_is_biased(scheme, monkeypatch) -> None:
+    """The N / M factor of max_trained is what keeps the two-stage aggregate unbiased: drop it and the harness fails."""
+    pool, oracle = make_problem(0)
+    if scheme == "ocs":
+        selector = OptimalClientSamplingSelector(max_trained=10, random_state=0)
+    else:
+        selector = HCSFedSelector(n_clusters=3, compression_rate=0.5, uniform_mix=0.2, max_trained=12, random_state=0)
+    original = type(selector)._select_subset
+
+    def without_factor(self, n, M, **kw):
+        sel = original(self, n, M, **kw)
+        return Selection(sel.clients, sel.weights * M / self.n_clients_)
+
+    monkeypatch.setattr(type(selector), "_select_subset", without_factor)
+    agg = aggregates(selector, pool, oracle, 4, 1000)
+    with pytest.raises(AssertionError, match="standard errors"):
+        assert_unbiased(agg, pool.weights @ oracle.updates.astype(np.float64))
 
 
 def test_harness_catches_bias() -> None:
