@@ -182,11 +182,11 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--bound-only", action="store_true", help="print the bound of the recorded grid, time nothing")
     args = ap.parse_args()
-    from fedselect.compare import machine_info
+    from fedselect.compare import _commit, machine_info
 
     info = machine_info()
-    print(f"machine: {info['cpu']}, {len(os.sched_getaffinity(0))} cores usable, torch {info['torch']}; "
-          f"load average {_load()} (1 / 5 / 15 min)")
+    print(f"commit {_commit()}; machine: {info['cpu']}, {len(os.sched_getaffinity(0))} cores usable, "
+          f"torch {info['torch']}; load average {_load()} (1 / 5 / 15 min)")
     f = forward_flop("fedcor-fmnist-2spc")
     root = Path(__file__).resolve().parent / "results"
     grid_dirs = args.grid or [root / f"fedcor-fmnist-{s}" for s in SETTINGS]
