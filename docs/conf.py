@@ -104,6 +104,7 @@ REPORTS = {
     "fedcor": "REPORT.md",
     "fedcor-diagnostics": "DIAGNOSTICS.md",
     "hcsfed": "REPORT.md",
+    "hcsfed-calibrated": "REPORT.md",
     "ldcs": "REPORT.md",
 }
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}

@@ -8,7 +8,7 @@ the code that produced the paper's tables and says so in ``notes``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["PRESETS", "Preset", "get_preset", "list_presets"]
@@ -343,6 +343,83 @@ PRESETS: dict[str, Preset] = {
         for i, q in enumerate((0.1, 0.3, 0.5))
     },
 }
+
+
+#: What the calibrated HCSFed presets change in the shared setting of ``hcsfed-fmnist-q*``: the same for every
+#: scheme, no scheme's own parameter. See :func:`_hcsfed_calibrated`.
+HCSFED_CALIBRATION: dict[str, dict[str, Any]] = {
+    "federation": {"partition": "dirichlet-qp", "alpha": 0.01},
+    "trainer": {"lr": 0.001, "rounds": 500},
+}
+
+
+def _hcsfed_calibrated(base: Preset) -> Preset:
+    """``base`` (an ``hcsfed-fmnist-q<q>`` preset) in the shared setting calibrated to the paper's Random row.
+
+    HCSFed's Table 1 (Song et al.) reports for FMNIST that random sampling does not reach 80 % test accuracy
+    in 200 rounds at q = 0.1 and 0.3 ("200+", the table's caption: not reached after 200 rounds) and needs 158
+    rounds at q = 0.5. In the base presets' setting it needs far fewer at every q, so their table cannot show
+    the differences the paper claims. The calibration changes only what every scheme shares
+    (:data:`HCSFED_CALIBRATION`); the rows, their selectors and every selector parameter, the seeds, the
+    target, the aggregation and the stopping rule are the base preset's.
+
+    How it was chosen, with random sampling alone (the numbers are in
+    ``benchmarks/results/hcsfed-calibrated/CALIBRATION.md``):
+
+    1. The paper's stated hyper-parameters are kept: 50 local SGD steps of batch 50 (Table 1 and the Fig. 3
+       caption). What it leaves open is searched, toward what it does state.
+    2. Partition. The paper's Fig. 3 runs MNIST and FMNIST with the same steps, batch and learning rate at
+       Dirichlet alpha in {0.01, 0.001}, and its wording ("Dir(alpha) gives to each client the respective
+       partitioning across labels") is a per-client label mixture. Hsu et al.'s per-class split
+       (``partition="dirichlet"``) cannot give each of 100 FMNIST clients 10 samples at alpha = 0.05 or below,
+       so the per-client reading is ``partition="dirichlet-qp"``: client k's label proportions
+       q_k ~ Dir(alpha p), p the class proportions (FMNIST's ten classes are balanced, so Dir(alpha / 10) per
+       class), client sizes from FedCor's quadratic programme. Its ``alpha=0.1`` is the paper's 0.01 and
+       ``alpha=0.01`` the paper's 0.001; the latter was the slower for random sampling and is kept.
+    3. Learning rate. The paper's lr 0.01 is for inputs whose scale it does not give. Ours are standardised
+       with one mean m and standard deviation s = 0.3081 (MNIST's): for a linear model, SGD with rate eta on
+       (x - m) / s moves the weights on x as SGD with rate eta / s^2 = 10.5 eta on centred x would. The
+       paper's lr 0.01 on [0, 1] pixels is therefore lr ~ 0.001 here. The candidates halve lr from 0.01
+       toward that value (0.01, 0.005, 0.0025, 0.001); the one kept has the smallest total relative miss of
+       the three cells of the Random row (a "200+" cell counts max(0, 200 - R) / 200, the 158 cell
+       |R - 158| / 158, R random sampling's mean rounds to 80 %), and it is the paper-equivalent 0.001.
+       Fewer local steps (25) were tried as the other knob and moved less.
+    4. ``rounds``: room for random sampling to reach 80 % at q = 0.1 on seeds slower than the search's.
+
+    Parameters
+    ----------
+    base : Preset
+        An ``hcsfed-fmnist-q<q>`` preset.
+
+    Returns
+    -------
+    Preset
+        Named ``<base.name>-calibrated``.
+    """
+    fed = {**base.federation, **HCSFED_CALIBRATION["federation"]}
+    trainer = {**base.trainer, **HCSFED_CALIBRATION["trainer"]}
+    q = trainer["clients_per_round"] / fed["n_clients"]
+    return replace(
+        base,
+        name=f"{base.name}-calibrated",
+        description=f"HCSFed Table 1, FMNIST, q = {q:g}, in a shared setting calibrated to the paper's Random row: "
+        f"logistic regression, N = 100, per-client label mixture Dir({fed['alpha'] / 10:g}) per class "
+        f"(dirichlet-qp, alpha = {fed['alpha']:g}), C = {trainer['clients_per_round']}, {trainer['local_steps']} "
+        f"local SGD steps of batch {trainer['batch_size']}, lr {trainer['lr']:g}, at most {trainer['rounds']} "
+        "rounds, rounds to 80 % test accuracy.",
+        federation=fed,
+        trainer=trainer,
+        notes=f"The rows and their parameters are {base.name}'s; only the shared setting differs (partition "
+        f"dirichlet-qp alpha = {fed['alpha']:g} in place of dirichlet alpha = {base.federation['alpha']:g}, lr "
+        f"{trainer['lr']:g} in place of {base.trainer['lr']:g}, at most {trainer['rounds']} rounds in place of "
+        f"{base.trainer['rounds']}), calibrated with random sampling alone to the paper's Random row (see "
+        "fedselect.presets._hcsfed_calibrated and benchmarks/results/hcsfed-calibrated/CALIBRATION.md). "
+        f"{base.name}'s notes, whose partition and lr these replace: " + base.notes,
+    )
+
+
+PRESETS.update({f"{name}-calibrated": _hcsfed_calibrated(PRESETS[name])
+                for name in ("hcsfed-fmnist-q0.1", "hcsfed-fmnist-q0.3", "hcsfed-fmnist-q0.5")})
 
 
 def list_presets() -> list[str]:
