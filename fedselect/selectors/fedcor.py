@@ -226,10 +226,8 @@ class FedCorSelector(BaseSelector):
         start from ``X^T X`` and divide by ``S_kk + s_n^2`` (see
         :func:`fedselect.selectors._gp.greedy_select`). The default follows Eq. (11).
         With the default ``noise`` (s_n^2 = 1e-4, small beside the GP's variances) the
-        two readings rarely pick differently: on ``fedcor-fmnist-dir`` (10 seeds x 500
-        rounds) they chose the same clients in every round of 5 seeds, and in the others
-        up to round 213-459, after every run had reached the target
-        (``benchmarks/results/fedcor/REPORT.md``).
+        two readings rarely pick differently; the FedCor reproduction page
+        (``benchmarks/results/fedcor/REPORT.md``) runs both on ``fedcor-fmnist-dir``.
     gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
         How each Adam step evaluates the objective of Eq. (17): through the GPyTorch model
         (the default; every recorded result used it), or by the same Woodbury and

@@ -51,9 +51,8 @@ def kmeans(
     ``init="k-means++"`` draws each next starting client with probability proportional
     to its squared distance to the chosen ones, which lowers the within-cluster sum of
     squares but favours outlying clients as centres, which can leave them as singleton
-    clusters (a singleton has S_h = 0, hence no share under Eq. 5; on the
-    ``hcsfed-fmnist-q0.1`` federation neither start gave a zero-cohesion cluster in
-    3 seeds x 40 rounds, ``benchmarks/results/hcsfed/skipped.md``). The run with the
+    clusters (a singleton has S_h = 0, hence no share under Eq. 5;
+    ``benchmarks/hcsfed_skipped.py`` counts how often either start gives one). The run with the
     lowest within-cluster sum of squares is kept. A small NumPy implementation: for
     N ~ 100 points it is an order of magnitude faster than
     scikit-learn's KMeans, whose per-call overhead (~7 ms) dominates at this size and
@@ -397,10 +396,9 @@ class HCSFedSelector(BaseSelector):
         eps in [0, 1): the fraction of the m places shared by cluster size (Eq. 4)
         instead of Eq. 5. 0 is the paper; any eps > 0 makes the aggregate unbiased over
         every client (see the known limit above). It moves every round's allocation
-        towards cluster size, not only when a cluster has S_h = 0. On the
-        ``hcsfed-fmnist-q*`` presets (where no zero-cohesion cluster was seen) eps = 0.1
-        was level with eps = 0 over 10 seeds: 42.0 against 43.9 rounds to 80 % at
-        q = 0.1 (``benchmarks/results/hcsfed/REPORT.md``).
+        towards cluster size, not only when a cluster has S_h = 0. The HCSFed
+        reproduction page (``benchmarks/results/hcsfed/REPORT.md``) compares eps = 0.1
+        with eps = 0.
     max_trained : int or None, default=None
         M, the most clients that train and upload in a round (see Scale). ``None`` trains
         every client (the paper). Must be at least the ``n`` asked for and ``n_clusters``.
