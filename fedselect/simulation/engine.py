@@ -531,7 +531,9 @@ class Engine:
         client at every step, so the result is the padded computation's bit for bit. On
         Dirichlet splits, where clients' local epochs differ in length, this saves about a third
         of a round's training arithmetic (FedCor's FMNIST Dir preset computed 1.6 padded samples
-        per real one).
+        per real one). With the built-in cross-entropy loss, the chain's backward pass is written
+        out by hand (:meth:`_chain_grads`, the same operations autograd runs, so the same bits);
+        other losses go through autograd.
         """
         C = len(batches)
         start = self.buffers if buffers is None else buffers
@@ -694,6 +696,7 @@ class Engine:
         drop = [float(arg) for kind, arg in (self._plan or ()) if kind == "dropout"]  # type: ignore[arg-type]
         B = idx.shape[2]
         xbuf = self.X.new_empty((N * B, *self.X.shape[1:]))
+        by_hand = self._loss_fn is _cross_entropy and self.classification
         self.model.train()
         for step in range(idx.shape[0]):
             k = int((sorted_steps > step).sum())
@@ -713,16 +716,22 @@ class Engine:
 
             ix = idx_t[step, :k].reshape(-1)
             x = torch.index_select(self.X, 0, ix, out=xbuf[: k * B]).view(k, B, *self.X.shape[1:])
-            leaves = {n: v[:k].detach().requires_grad_(True) for n, v in params.items()}
-            out = self._chain(leaves, x, noise)
-            losses = self._losses(out.flatten(0, 1), self.y[ix]).view(k, B)
-            objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
-            grads = torch.autograd.grad(objective, list(leaves.values()))
+            if by_hand:
+                # d objective / d loss_(c,b) = mask_(c,b) / denom_c, formed as autograd forms it
+                weights = torch.ones(k).div_(denom[step, :k]).unsqueeze(1).expand(k, B) * mask_t[step, :k]
+                with torch.no_grad():
+                    grads = self._chain_grads({n: v[:k] for n, v in params.items()}, x, noise, self.y[ix], weights)
+            else:
+                leaves = {n: v[:k].detach().requires_grad_(True) for n, v in params.items()}
+                out = self._chain(leaves, x, noise)
+                losses = self._losses(out.flatten(0, 1), self.y[ix]).view(k, B)
+                objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
+                grads = list(torch.autograd.grad(objective, list(leaves.values())))
             # The update in place, into buffers kept across steps (each operation as the padded path writes it
             # out of place, so the same numbers; fresh tensors of this size would cost page faults every step).
             factor = lr_o[:k] * active_o[step, :k].unsqueeze(2)  # float32(lr) for the clients still training
             with torch.no_grad():
-                for n, g in zip(leaves, grads):
+                for n, g in zip(self.names, grads):
                     cur, t = params[n][:k], tmp[n][:k]
                     if weight_decay:
                         g = g.add_(torch.mul(cur, weight_decay, out=t))
@@ -745,6 +754,69 @@ class Engine:
         out_params = torch.empty_like(final)
         out_params[order_t] = final
         return out_params
+
+    def _chain_grads(
+        self,
+        parts: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
+        noise: Callable[[int, torch.Tensor], torch.Tensor | None],
+        targets: torch.Tensor,
+        weights: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """The gradient of ``sum_(c,b) weights_(c,b) CE(chain_c(x_(c,b)), targets_(c,b))`` by hand, per parameter.
+
+        The chain's backward pass written out (no autograd graph): with ``p = softmax(z)`` the
+        logits' gradient is ``weights * (p - onehot(target))``, a linear layer ``z = h W^T + b``
+        passes ``W``'s gradient ``g^T h``, ``b``'s ``sum_b g`` and ``h``'s ``g W`` back, ReLU keeps
+        the gradient where its output is positive and dropout multiplies it by its mask. Each
+        operation is the one autograd runs for :meth:`_chain` under ``F.cross_entropy``
+        (``nll_loss``'s backward, then ``_log_softmax_backward_data`` on the saved log-softmax,
+        the same batched products and sums), so the gradients equal autograd's bit for bit
+        (``tests/simulation/test_engine.py``); it saves building and walking the graph at every
+        step. Parameters are ``(C, out, in)`` weights and ``(C, 1, out)`` biases, as in :meth:`_chain`;
+        ``targets`` has ``C * B`` class labels and ``weights`` shape ``(C, B)``.
+        """
+        C = x.shape[0]
+        h = x.reshape(C, x.shape[1], -1)
+        tape: list[tuple[str, Any, torch.Tensor]] = []
+        n_dropout = 0
+        for kind, arg in self._plan or ():
+            if kind == "linear":
+                w_name, b_name, _out_f, _in_f = arg  # type: ignore[misc]
+                tape.append(("linear", arg, h))
+                w = parts[w_name]
+                if b_name is None:
+                    h = torch.bmm(h, w.transpose(1, 2))
+                else:
+                    h = torch.baddbmm(parts[b_name], h, w.transpose(1, 2))
+            elif kind == "relu":
+                h = torch.relu(h)
+                tape.append(("relu", None, h))
+            elif kind == "dropout":
+                m = noise(n_dropout, h)
+                n_dropout += 1
+                if m is not None:
+                    h = h * m
+                    tape.append(("mask", None, m))
+        logp = torch.log_softmax(h.flatten(0, 1), 1)
+        seed = torch.zeros_like(logp).scatter_(1, targets.reshape(-1, 1), weights.reshape(-1, 1).neg())
+        g = torch.ops.aten._log_softmax_backward_data(seed, logp, 1, logp.dtype).view(h.shape)
+        first = next(i for i, entry in enumerate(tape) if entry[0] == "linear")
+        grads: dict[str, torch.Tensor] = {}
+        for i in range(len(tape) - 1, first - 1, -1):
+            kind, arg, saved = tape[i]
+            if kind == "linear":
+                w_name, b_name, _out_f, _in_f = arg
+                grads[w_name] = torch.bmm(saved.transpose(1, 2), g).transpose(1, 2)
+                if b_name is not None:
+                    grads[b_name] = g.sum(1, keepdim=True)
+                if i > first:
+                    g = torch.bmm(g, parts[w_name])
+            elif kind == "relu":
+                g = torch.ops.aten.threshold_backward(g, saved, 0)
+            else:
+                g = g * saved
+        return [grads[n] for n in self.names]
 
     # -- several runs at once ---------------------------------------------------------
     def batch_support(self) -> str | None:

@@ -192,3 +192,83 @@ def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed):
     want = _padded_reference(eng, theta, batches, **kw)
     assert torch.equal(got, want)
     assert torch.equal(after, torch.get_rng_state())  # the same masks were drawn
+
+
+def _odd_chain():
+    """A chain in the other order (ReLU before dropout), with a bias-free layer and a p = 0 dropout."""
+    model = FedCorMLP((1, 8, 8), 10, hidden=(12, 9), dropout=0.5)
+    model.net = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 12, bias=False), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+        torch.nn.Linear(12, 9), torch.nn.Dropout(0.0), torch.nn.ReLU(), torch.nn.Linear(9, 10),
+    )
+    return model
+
+
+def _dead_chain():
+    """A p = 1 dropout: the layers below it get zero gradients."""
+    model = FedCorMLP((1, 8, 8), 10, hidden=(9,))
+    model.net = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 9), torch.nn.ReLU(), torch.nn.Dropout(1.0), torch.nn.Linear(9, 10),
+    )
+    return model
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: FedCorMLP((1, 8, 8), 10, dropout=0.5),
+        lambda: FedCorMLP((1, 8, 8), 10, hidden=(), dropout=0.5),
+        lambda: LogisticRegression((1, 8, 8), 10),
+        _odd_chain,
+        _dead_chain,
+    ],
+    ids=["mlp-dropout", "mlp-no-hidden", "logistic", "odd-chain", "dead-chain"],
+)
+def test_hand_written_chain_gradient_equals_autograd_bit_for_bit(make):
+    """The chain's backward pass by hand (the training path for cross-entropy) is autograd's, to the last bit."""
+    from fedselect.simulation.engine import _global_dropout_masks
+
+    X, y, parts = _data()
+    torch.manual_seed(0)
+    eng = Engine(make(), X, y, parts, X[:10], y[:10])
+    assert eng._plan is not None
+    C, B = 4, 16
+    stacked = eng.initial_parameters().unsqueeze(0).repeat(C, 1) + 0.05 * torch.randn(C, eng.n_params)
+    parts_ = {}
+    for kind, arg in eng._plan:
+        if kind == "linear":
+            w, b, out_f, in_f = arg
+            flat = dict(zip(eng.names, stacked.split(eng.numels, dim=1)))
+            parts_[w] = flat[w].reshape(C, out_f, in_f).clone()
+            if b is not None:
+                parts_[b] = flat[b].reshape(C, 1, out_f).clone()
+    x = torch.from_numpy(X[: C * B]).view(C, B, 1, 8, 8)
+    targets = torch.from_numpy(y[: C * B]).long()
+    mask = torch.ones(C, B)
+    mask[1, 10:] = 0.0  # a short last batch
+    mask[3] = 0.0  # a padded client
+    denom = mask.sum(1).clamp_min(1.0)
+    drop = [arg for kind, arg in eng._plan if kind == "dropout"]
+    masks = [None if p == 0.0 else (torch.zeros(()) if p == 1.0 else _global_dropout_masks(C, B, 0, i, p, w))
+             for i, (p, w) in enumerate(zip(drop, _dropout_widths(eng)))]
+    eng.model.train()
+    leaves = {n: v.detach().requires_grad_(True) for n, v in parts_.items()}
+    out = eng._chain(leaves, x, lambda i, h: masks[i])
+    losses = F.cross_entropy(out.flatten(0, 1), targets, reduction="none").view(C, B)
+    want = torch.autograd.grad(((losses * mask).sum(1) / denom).sum(), [leaves[n] for n in eng.names])
+    weights = torch.ones(C).div_(denom).unsqueeze(1).expand(C, B) * mask
+    with torch.no_grad():
+        got = eng._chain_grads(parts_, x, lambda i, h: masks[i], targets, weights)
+    assert len(got) == len(want)
+    for n, g, w in zip(eng.names, got, want):
+        assert torch.equal(g, w), n
+
+
+def _dropout_widths(eng):
+    widths, width = [], None
+    for kind, arg in eng._plan:
+        if kind == "linear":
+            width = arg[2]
+        elif kind == "dropout":
+            widths.append(width)
+    return widths
