@@ -316,6 +316,12 @@ def register_plugin(plugin: ModuleType | object, *, name: str | None = None) -> 
     if unknown:
         raise PluginError(f"{label} implements unknown hook(s) {', '.join(unknown)}; fedselect's hooks are "
                           f"{', '.join(known)}")
+    taken = pm.get_plugin(label)
+    if taken is not None:
+        raise PluginError(
+            f"another plugin is already registered as {label!r} ({taken!r}); pass register_plugin(..., "
+            "name=...) a name of its own, or unregister the first one (fedselect.plugins.pm.unregister)"
+        )
     pm.register(plugin, name=label)
     kinds = {"register_selectors": "selectors", "register_datasets": "datasets", "register_models": "models"}
     try:
@@ -341,7 +347,8 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     an installed entry-point plugin's would. A file is imported as a module named after it
     (``my_selector.py`` -> ``my_selector``, so its classes pickle and their settings read
     ``my_selector:MySelector``); its directory is not added to ``sys.path``. Loading the
-    same file again does nothing unless its content changed (then it is imported afresh).
+    same file again does nothing unless its content changed (then it is imported afresh); a
+    file the program has already imported under that name is registered as it is.
 
     Parameters
     ----------
@@ -396,6 +403,14 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     other = sys.modules.get(mod_name)
     if other is not None:
         other_file = getattr(other, "__file__", None)
+        if other_file is not None and Path(other_file).resolve() == resolved:
+            # the user imported this very file already (``import my_selector``): register that module
+            try:
+                register_plugin(other, name=label)
+            except PluginError as exc:
+                raise PluginError(str(exc).replace(label, f"plugin file {text}", 1)) from exc
+            _user_plugins[label] = {"file": Path(resolved).name, "sha256": _file_sha256(resolved) or ""}
+            return other
         raise PluginError(
             f"plugin file {text}: a module named {mod_name!r} is already imported"
             f"{f' from {other_file}' if other_file else ''}; rename the file"

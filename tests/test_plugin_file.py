@@ -133,6 +133,21 @@ def test_a_file_whose_module_name_is_taken_is_refused(tmp_path, unload):
         load_plugin(str(path))
 
 
+def test_a_file_the_program_already_imported_is_registered_as_it_is(tmp_path, unload, monkeypatch):
+    import importlib
+
+    path = tmp_path / "imported_plugin_xyz.py"
+    path.write_text(_readme_plugin())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("imported_plugin_xyz")  # the user's script did `import imported_plugin_xyz`
+    assert load_plugin(str(path)) is module
+    assert plugins.get_selector_class("largest-loss") is module.LargestLossSelector  # its classes, not a copy
+    assert load_plugin(str(path)) is module  # once
+    assert plugins.user_plugins_used(selector="largest-loss") == [
+        {"file": "imported_plugin_xyz.py", "sha256": plugins._file_sha256(path)}
+    ]
+
+
 def test_a_changed_option_gets_its_own_default_folder(tmp_path, monkeypatch):
     from fedselect.cli import _apply_overrides, _default_out, build_parser
     from fedselect.presets import get_preset

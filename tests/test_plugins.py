@@ -240,3 +240,20 @@ def test_built_in_modules_register_through_the_public_marker():
 
     assert pm.is_registered(random_module) or not plugins._loaded
     assert hasattr(random_module.register_selectors, "fedselect_impl")
+
+
+def test_a_second_plugin_under_a_taken_name_is_refused_clearly():
+    class _Other(_MySelector):
+        pass
+
+    first = _plugin("p_first", _MySelector)
+    second = _plugin("p_second", _Other, sel_name="other-test-selector")
+    plugins.register_plugin(first, name="my-plugin")
+    try:
+        with pytest.raises(PluginError, match=r"already registered as 'my-plugin'.*name=\.\.\."):
+            plugins.register_plugin(second, name="my-plugin")
+        assert pm.get_plugin("my-plugin") is first and "other-test-selector" not in list_selectors()
+        assert plugins.register_plugin(first, name="my-plugin") is first  # the same object again: nothing happens
+    finally:
+        pm.unregister(name="my-plugin")
+        plugins._user_plugins.pop("my-plugin", None)
