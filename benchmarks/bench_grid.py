@@ -13,7 +13,11 @@ one machine:
     ``--jobs 2``: two worker processes, one torch thread each;
 ``all``
     ``--jobs 2 --batch-seeds``: each worker trains all seeds of one (setting, scheme) in
-    lockstep as one batched computation (:func:`fedselect.simulation.batched.fit_runs`).
+    lockstep as one batched computation (:func:`fedselect.simulation.batched.fit_runs`);
+``all+gp``
+    ``all`` with FedCor's GP fitted by ``gp_solver="closed-form"`` (the same likelihood and
+    gradient written out; float rounding differs from GPyTorch's, so FedCor's runs are equal to
+    the others' only statistically, which a slice cannot show: its agreement line is printed).
 
 **The compute bound.** Every run records, per round, the samples that went through a local
 SGD step (``Costs.sample_gradients``) and the samples whose loss was only evaluated
@@ -39,7 +43,7 @@ bound, each ratio to the bound, and whether the modes' results agree (``jobs2`` 
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/bench_grid.py [--seeds 0 1 2 3 4] [--rounds 50] [--modes serial jobs2 all]
+    PYTHONPATH=. python benchmarks/bench_grid.py [--seeds 0 1 2 3 4] [--rounds 50] [--modes serial jobs2 all all+gp]
     PYTHONPATH=. python benchmarks/bench_grid.py --bound-only
 """
 
@@ -120,7 +124,10 @@ def bound_seconds(flop: float, gflops_per_core: float, cores: int) -> float:
 
 
 SETTINGS = ("2spc", "1spc", "dir")
-MODES = {"serial": {"jobs": 1}, "jobs2": {"jobs": 2}, "all": {"jobs": 2, "batch_seeds": True}}
+MODES = {"serial": {"jobs": 1}, "jobs2": {"jobs": 2}, "all": {"jobs": 2, "batch_seeds": True},
+         "all+gp": {"jobs": 2, "batch_seeds": True}}
+# selector parameters a mode changes, per row label of the presets
+OVERRIDES = {"all+gp": {"FedCor": {"gp_solver": "closed-form"}}}
 
 
 def _load() -> str:
@@ -135,7 +142,10 @@ def run_slice(mode: str, seeds: list[int], rounds: int, out: Path) -> float:
     start = time.perf_counter()
     for setting in SETTINGS:
         preset = get_preset(f"fedcor-fmnist-{setting}")
-        run_comparison(preset.selectors, federation=dict(preset.federation),
+        changed = OVERRIDES.get(mode, {})
+        selectors = {label: (name, {**params, **changed.get(label, {})})
+                     for label, (name, params) in preset.selectors.items()}
+        run_comparison(selectors, federation=dict(preset.federation),
                        trainer={**preset.trainer, "rounds": rounds, "n_threads": 1}, seeds=seeds,
                        target=preset.target, out_dir=out / setting, progress=False, checkpoint_every=None,
                        log=lambda _: None, **MODES[mode])
