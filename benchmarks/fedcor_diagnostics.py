@@ -35,9 +35,9 @@ dropout streams are per round, so extra trials do not shift them). Results go to
 
 Usage::
 
-    python benchmarks/fedcor_diagnostics.py --settings dir 2spc --seed 0 --rounds 200 --every 20 --samples 200
-    python benchmarks/fedcor_diagnostics.py --settings dir --variant readme2023 \\
-        --fedcor-params schedule=readme2023,update_mean=True,beta=0.9
+    python benchmarks/fedcor_diagnostics.py --settings dir 2spc --seed 0 --rounds 200 --every 10 --samples 200
+    python benchmarks/fedcor_diagnostics.py --settings dir --seed 0 --rounds 200 --every 10 --samples 200 \\
+        --variant readme2023 --fedcor-params schedule=readme2023,update_mean=True,beta=0.95
     python benchmarks/fedcor_diagnostics.py --report-only
 """
 
@@ -378,7 +378,7 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from saved runs")
     ap.add_argument("--variant", default="", help="a name for --fedcor-params (part of the output file name)")
     ap.add_argument("--fedcor-params", default="", help="FedCor parameters over the preset's, e.g. "
-                    "schedule=readme2023,update_mean=True,beta=0.9")
+                    "schedule=readme2023,update_mean=True,beta=0.95")
     args = ap.parse_args()
     for name, value, low in (("rounds", args.rounds, 2), ("every", args.every, 1), ("samples", args.samples, 4)):
         if value < low:

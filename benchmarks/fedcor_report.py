@@ -178,13 +178,11 @@ def _variants() -> list[str]:
         "mu = 0, Eq. 11's noise-free posterior) does not reproduce the paper on DIR. Two other readings, run "
         "with `fedselect compare --preset fedcor-fmnist-dir --selectors \"FedCor (noisy posterior, 2022 "
         "code)=fedcor:posterior_noise=True\" \"FedCor (2023 README)=fedcor:schedule=readme2023,"
-        f"update_mean=True,beta=0.9\" --out benchmarks/results/fedcor-fmnist-dir-variants` (commit "
-        f"{', '.join(commits)}); the default FedCor and Power-of-choice rows are the table's above. Until "
-        "2026-11-23 the default rows of seeds 0-4 came from an earlier engine (commit 7c9b8ae, before the batched "
-        "forward pass) and the variants from the current one, so their differences mixed the engine's last-bit "
-        "differences (which change a model-dependent selector's path) with the reading; every DIR run was redone "
-        "with one engine on 2026-11-23; the superseded runs are in git history (commit f8f7fa0, folders "
-        "`fedcor-fmnist-dir/earlier-engine-7c9b8ae/` and `fedcor-fmnist-dir-variants/earlier-a2b2a8d/`).",
+        f"update_mean=True,beta=0.95\" --out benchmarks/results/fedcor-fmnist-dir-variants` (commit "
+        f"{', '.join(commits)}); the default FedCor and Power-of-choice rows are the table's above. The 2023 "
+        "reading uses the README command's beta = 0.95, as the table's FedCor row does. Earlier versions of "
+        "these rows (from other commits, with beta = 0.9, and before the 2023 schedule annealed the clients of "
+        "its first selection after each reset) are in git history.",
         "",
         merged.to_markdown(),
         "",
