@@ -59,6 +59,7 @@ comparison = run_comparison(
 # header says what it averages over. "Rounds to 80%" is, per seed, the first round
 # (counted from 1) whose test accuracy reached the target, then the mean ± standard
 # deviation over seeds. The cost columns count what one run spent *until* the target.
+# ``to_text()`` is the same table with short headers and a legend, as ``fedselect compare`` prints it.
 
 print(comparison.to_markdown())
 

@@ -483,7 +483,7 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         compress_runs(out / "runs")
     files = comp.write(out)
     files += comp.plot(out)
-    print(comp.to_markdown())
+    print(comp.to_text())
     if args.paired is not None:
         paired = comp.paired_markdown(args.paired)
         (out / "paired.md").write_text(

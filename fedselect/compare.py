@@ -39,6 +39,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import traceback
 import warnings
@@ -487,20 +488,54 @@ class Comparison:
         When a run failed, a last column names each failed seed, its error type and round,
         and "seeds reaching" counts it among the seeds.
         """
+        head, body, notes = self._table(short=False)
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(vals) + " |" for vals in body]
+        return "\n".join(lines + (["", *notes] if notes else []))
+
+    def to_text(self) -> str:
+        """The table for a terminal: short headers, aligned columns, and a legend below.
+
+        The same cells as :meth:`to_markdown`, whose long headers say what each cell averages
+        over; the legend says it here.
+        """
+        head, body, notes = self._table(short=True)
+        widths = [max([len(h), *(len(vals[i]) for vals in body)]) for i, h in enumerate(head)]
+        left = {0, len(head) - 1} if head[-1] == "failed" else {0}  # text columns; numbers align right
+
+        def fmt(vals: list[str]) -> str:
+            return "  ".join(v.ljust(w) if i in left else v.rjust(w)
+                             for i, (v, w) in enumerate(zip(vals, widths, strict=True))).rstrip()
+
+        target = f"{self.target:.0%}"
+        legend = (f"rounds: to {target}, mean ± std over seeds (N/A when a seed missed it or failed: then the mean of "
+                  "those that reached it); reached: seeds reaching it; final, best: test accuracy, mean over seeds; "
+                  f"Mfloats, down, losses, trainings: floats communicated, models sent down, losses sent up and "
+                  f"local trainings of one run until it reached {target}, mean over the seeds that reached it; "
+                  "s/run: seconds per run")
+        lines = [fmt(head), *(fmt(vals) for vals in body), "", *textwrap.wrap(legend, 100)]
+        return "\n".join(lines + (["", *notes] if notes else []))
+
+    def _table(self, *, short: bool) -> tuple[list[str], list[list[str]], list[str]]:
+        """The table's header, its rows of cells and the notes below it (long or short headers)."""
         rows = self.rows()
         paper = any("paper" in r for r in rows)
         any_failed = any("failed" in r for r in rows)
         target = f"{self.target:.0%}"
         to_target = f"to {target} per run, mean over seeds reaching it"
-        head = ["scheme", f"rounds to {target}, mean ± std over seeds", f"seeds reaching {target}",
-                "final acc, mean over seeds", "best acc, mean over seeds", f"Mfloats communicated {to_target}",
-                f"models down {to_target}", f"losses up {to_target}", f"local trainings {to_target}",
-                "seconds per run, mean over seeds"]
+        if short:
+            head = ["scheme", f"rounds to {target}", "reached", "final", "best", "Mfloats", "down", "losses",
+                    "trainings", "s/run"]
+        else:
+            head = ["scheme", f"rounds to {target}, mean ± std over seeds", f"seeds reaching {target}",
+                    "final acc, mean over seeds", "best acc, mean over seeds", f"Mfloats communicated {to_target}",
+                    f"models down {to_target}", f"losses up {to_target}", f"local trainings {to_target}",
+                    "seconds per run, mean over seeds"]
         if paper:
             head.insert(2, "paper")
         if any_failed:
             head.append("failed")
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        body: list[list[str]] = []
         for r in rows:
             fails = r.get("failed", [])
             rounds = [x for x in r["rounds_to_target_each"] if x is not None]
@@ -522,18 +557,19 @@ class Comparison:
                 vals.insert(2, r.get("paper", "-"))
             if any_failed:
                 vals.append("; ".join(f"seed {f['seed']}: {f['type']} in round {f['round']}" for f in fails) or "-")
-            lines.append("| " + " | ".join(vals) + " |")
+            body.append(vals)
+        notes: list[str] = []
         finished = [r for r in rows if r["seeds"]]
         if finished and all(r["final_accuracy"] is None for r in finished):
             losses = ", ".join(f"{r['scheme']} {r['final_test_loss']:.4g}" for r in rows
                                if r.get("final_test_loss") is not None)
-            lines += ["", "These runs record no accuracy (a regression loss): the rounds-to-target and accuracy "
-                      f"columns do not apply. Final test loss, mean over seeds: {losses or '-'}."]
+            notes = ["These runs record no accuracy (a regression loss): the rounds-to-target and accuracy "
+                     f"columns do not apply. Final test loss, mean over seeds: {losses or '-'}."]
         elif rows and not any(r["reached"] for r in rows):
             n_rounds = max((len(h) for runs in self.histories.values() for h in runs.values()), default=0)
-            lines += ["", f"No run reached {target} in {n_rounds} rounds, so the rounds columns and a paired "
-                      "comparison say nothing; lower the target (--target) or train longer (--rounds)."]
-        return "\n".join(lines)
+            notes = [f"No run reached {target} in {n_rounds} rounds, so the rounds columns and a paired "
+                     "comparison say nothing; lower the target (--target) or train longer (--rounds)."]
+        return head, body, notes
 
     def paired(self, reference: str, *, not_reached: int | None = None) -> list[dict[str, Any]]:
         """Each other scheme against ``reference``, paired by seed.

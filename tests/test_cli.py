@@ -48,7 +48,12 @@ def test_compare_writes_table_curves_and_resumes(tmp_path, capsys):
             "--out", str(tmp_path), "--target", "0.3", *SMALL]
     assert main(args) == 0
     out = capsys.readouterr()
-    assert "| random |" in out.out and "| pow |" in out.out
+    table = out.out.split("\n\n")[0].splitlines()  # the terminal table: aligned columns, short headers
+    assert table[0].split() == ["scheme", "rounds", "to", "30%", "reached", "final", "best", "Mfloats", "down",
+                                "losses", "trainings", "s/run"]
+    assert sorted(line.split()[0] for line in table[1:]) == ["pow", "random"]
+    assert len({len(line) for line in table}) == 1 and max(map(len, table)) <= 100  # aligned, and it fits
+    assert "| random |" in (tmp_path / "table.md").read_text()  # the file keeps the Markdown with long headers
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert runs == ["pow__seed0.json", "pow__seed1.json", "random__seed0.json", "random__seed1.json"]
     saved = json.loads((tmp_path / "runs" / "pow__seed1.json").read_text())

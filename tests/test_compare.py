@@ -86,3 +86,21 @@ def test_paired_table_says_when_too_few_seeds_can_never_be_significant():
     slow6 = {s: _history([0.1, 0.2, 0.9]) for s in range(6)}
     md6 = Comparison(histories={"ref": ref6, "slow": slow6}, target=0.8, n_clients=1).paired_markdown("ref")
     assert "smallest p-value" not in md6 and "| 0.031 |" in md6  # 2 / 2**6: six seeds all one way
+
+
+def test_the_terminal_table_has_the_markdown_cells_aligned_with_a_legend():
+    comp = Comparison(
+        histories={"random": {0: _history([0.1, 0.5, 0.9]), 1: _history([0.1, 0.2, 0.3])},
+                   "a-long-scheme-name": {0: _history([0.9, 0.9, 0.9]), 1: _history([0.5, 0.9, 0.9])}},
+        target=0.8,
+        n_clients=1,
+    )
+    text = comp.to_text()
+    table, legend = text.split("\n\n")[:2]
+    lines = table.splitlines()
+    assert lines[0].split()[:4] == ["scheme", "rounds", "to", "80%"]
+    assert len({len(line) for line in lines}) == 1  # every column aligned
+    md_cells = [[c.strip() for c in line.strip("|").split("|")] for line in comp.to_markdown().splitlines()[2:]]
+    for cells, line in zip(md_cells, lines[1:], strict=True):
+        assert line.startswith(cells[0]) and all(c in line for c in cells)  # the same cells
+    assert "mean ± std over seeds" in legend and "mean over the seeds that reached it" in legend
