@@ -26,29 +26,39 @@ def describe_setting(results: Mapping[str, Sequence[History]]) -> str:
 
     For example ``"digits, shards (shards_per_client=2), N = 30, C = 5, mlp, seeds 0-2 (3 per scheme)"``:
     the data set, the partition and its parameters, the number of clients N, the clients per round C,
-    the model, and the seeds (the trainers' ``random_state``). Items a history did not record (a
-    federation built by hand has no partition name) are left out; "" when there is no history.
+    the model, and the seeds (the trainers' ``random_state``). An item the runs recorded differently
+    lists every value (``"C = 5 or C = 10"``); items no history recorded (a federation built by hand
+    has no partition name) are left out; "" when there is no history.
     """
     hs = [h for runs in results.values() for h in runs]
     if not hs:
         return ""
-    config = hs[0].config or {}
-    fed = dict(config.get("federation") or {})
-    trainer = dict(config.get("trainer") or {})
+
+    def items(h: History) -> list[str | None]:
+        config = h.config or {}
+        fed = dict(config.get("federation") or {})
+        trainer = dict(config.get("trainer") or {})
+        partition = None
+        if fed.get("partition"):
+            params = {k: v for k, v in fed.items() if k not in _NOT_PARTITION_PARAMS and v is not None}
+            partition = str(fed["partition"]) + (f" ({', '.join(f'{k}={v}' for k, v in params.items())})"
+                                                 if params else "")
+        n_clients = config.get("n_clients") or fed.get("n_clients")
+        return [
+            str(fed["dataset"]) if fed.get("dataset") else None,
+            partition,
+            f"N = {n_clients}" if n_clients else None,
+            f"C = {trainer['clients_per_round']}" if trainer.get("clients_per_round") else None,
+            trainer["model"] if isinstance(trainer.get("model"), str) else None,
+        ]
+
+    # each item as the runs recorded it; where they differ, every value, so no run's setting stands for all
+    columns = zip(*(items(h) for h in hs), strict=True)
     parts = []
-    if fed.get("dataset"):
-        parts.append(str(fed["dataset"]))
-    if fed.get("partition"):
-        params = {k: v for k, v in fed.items() if k not in _NOT_PARTITION_PARAMS and v is not None}
-        parts.append(str(fed["partition"]) + (f" ({', '.join(f'{k}={v}' for k, v in params.items())})"
-                                               if params else ""))
-    n_clients = config.get("n_clients") or fed.get("n_clients")
-    if n_clients:
-        parts.append(f"N = {n_clients}")
-    if trainer.get("clients_per_round"):
-        parts.append(f"C = {trainer['clients_per_round']}")
-    if isinstance(trainer.get("model"), str):
-        parts.append(trainer["model"])
+    for values in columns:
+        seen = list(dict.fromkeys(v for v in values if v is not None))
+        if seen:
+            parts.append(seen[0] if len(seen) == 1 else " or ".join(seen))
     seeds = sorted({h.config.get("trainer", {}).get("random_state") for h in hs if h.config} - {None})
     if seeds:
         per_scheme = sorted({len(runs) for runs in results.values() if runs})

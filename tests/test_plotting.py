@@ -41,6 +41,16 @@ def test_the_setting_is_described_from_the_histories(comparison):
     assert describe_setting({}) == ""
 
 
+def test_a_setting_the_runs_do_not_share_is_not_taken_from_the_first_run(comparison):
+    import copy
+
+    results = _results(comparison)
+    other = copy.deepcopy(results["random"][1])
+    other.config["trainer"]["clients_per_round"] = 5
+    text = describe_setting({"random": [results["random"][0], other]})
+    assert "C = 2 or C = 5" in text and "digits, shards (shards_per_client=2), N = 8" in text
+
+
 def _inside(fig, artists):
     """Every text drawn lies inside the figure (a label partly outside is cut off in the saved file)."""
     fig.canvas.draw()
