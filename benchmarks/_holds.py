@@ -32,7 +32,11 @@ def what_holds(comp: Any, reference: str, *, setting: str, claim: str, baselines
     significantly faster (Holm-adjusted p < alpha) than every baseline; *partly* when than some;
     *does not reproduce* when than none.
     """
+    failed = (getattr(comp, "failed", None) or {}).get(reference, {})
     if not comp.histories.get(reference):
+        if failed:
+            return (f"- **{setting}: does not reproduce.** Paper: {claim} Here {reference} failed on every seed run "
+                    f"({_failures(failed)}), so it never reached the target.")
         return f"- **{setting}: not run** ({reference} has no finished run)."
     rows = comp.paired(reference)
     if baselines is not None:
@@ -64,8 +68,19 @@ def what_holds(comp: Any, reference: str, *, setting: str, claim: str, baselines
     if slower:
         parts.append(f"significantly slower than {names(slower)}")
     small = " With so few seeds no paired difference can reach significance." if 2.0 / 2**seeds > alpha else ""
+    fails = (f" {reference} also failed on {len(failed)} seed(s) ({_failures(failed)}), left out of the pairs."
+             if failed else "")
     return (f"- **{setting}: {verdict}.** Paper: {claim} Here ({seeds} seeds, paired by seed, Holm over "
-            f"{len(rows)} comparisons): " + "; ".join(parts) + "." + small)
+            f"{len(rows)} comparisons): " + "; ".join(parts) + "." + small + fails)
+
+
+def _failures(failed: Mapping[int, Mapping[str, Any]]) -> str:
+    """"10/10 seeds: DivergenceError in rounds 14-340" style summary of a scheme's failed runs."""
+    by_type: dict[str, list[int]] = {}
+    for f in failed.values():
+        by_type.setdefault(str(f.get("type") or "error"), []).append(int(f.get("round") or 0))
+    return "; ".join(f"{len(r)} seed(s): {t} in round{'s' if len(r) > 1 else ''} "
+                     f"{min(r)}{'-' + str(max(r)) if max(r) != min(r) else ''}" for t, r in sorted(by_type.items()))
 
 
 def provenance(cells: Iterable[Mapping[str, Any]]) -> str:

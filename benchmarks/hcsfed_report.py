@@ -99,6 +99,10 @@ def _what_holds(comps: dict) -> list[str]:
 def _cell(comp, label: str) -> str | None:
     """Mean ± std of the seeds that reached the target, with "(k/n reached)" when some did not."""
     r = {x["scheme"]: x for x in comp.rows()}.get(label)
+    failed = comp.failed.get(label, {})
+    if (r is None or not r["seeds"]) and failed:
+        types = sorted({str(f.get("type") or "error") for f in failed.values()})
+        return f"failed on {len(failed)}/{len(failed)} seeds ({', '.join(types)})"
     if r is None or not r["seeds"]:
         return None
     ok = [x for x in r["rounds_to_target_each"] if x is not None]
@@ -162,10 +166,15 @@ def _cells(comps: dict, all_cells: dict, labels: list[str], note: str) -> list[s
     ]
     for q, cells in all_cells.items():
         for c in sorted(cells, key=lambda c: (labels.index(c["label"]) if c["label"] in labels else 99, c["seed"])):
-            h = comps[q].histories[c["label"]][int(c["seed"])]
+            if c.get("status") == "failed":
+                f = comps[q].failed[c["label"]][int(c["seed"])]
+                reached = f"failed: {f.get('type', 'error')} in round {f.get('round', '?')}"
+            else:
+                h = comps[q].histories[c["label"]][int(c["seed"])]
+                reached = h.rounds_to_accuracy(0.8) or "not reached"
             cpu = (c.get("machine") or {}).get("cpu", "not recorded")
             lines.append(
-                f"| {q} | {c['label']} | {c['seed']} | {h.rounds_to_accuracy(0.8) or 'not reached'} | {cpu} | "
+                f"| {q} | {c['label']} | {c['seed']} | {reached} | {cpu} | "
                 f"{(c.get('commit') or '')[:12]} | `{_command(c.get('command'))}` |"
             )
     return lines
@@ -274,8 +283,9 @@ def _what_was_run(comps: dict, labels: list[str]) -> str:
                          f"({n} runs)")
         else:
             rows = ", ".join(f"{label} seeds {_seed_ranges(v)}" for label, v in seeds.items() if v)
-            none = [label for label, v in seeds.items() if not v]
-            parts.append(f"q = {q}: {rows}" + (f", not run: {', '.join(none)}" if none else "") + f" ({n} runs)")
+            none = [label for label, v in seeds.items() if not v and label not in comp.failed]
+            parts.append(f"q = {q}: {rows}" + (f", not run: {', '.join(none)}" if none else "")
+                         + f" ({n} finished runs)")
         failed = [f"{label} seed {seed}" for label, runs in comp.failed.items() for seed in sorted(runs)]
         if failed:
             parts[-1] += f", failed: {', '.join(failed)}"

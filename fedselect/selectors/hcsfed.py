@@ -391,7 +391,15 @@ class HCSFedSelector(BaseSelector):
         The starting centres of k-means: H random clients (Algorithm 1, line 1) or
         k-means++ (favours outlying clients as starting centres; see :func:`kmeans`).
     rounding : {"systematic", "largest-remainder"}, default="systematic"
-        How the shares of Eq. 5 become integers (see :func:`round_shares`).
+        How the shares of Eq. 5 become integers (see :func:`round_shares`). The price of
+        ``"systematic"``'s unbiasedness is variance: a cluster with a small share
+        s_h < 1 is drawn in a fraction s_h of the rounds, and its chosen client then
+        carries the weight ``p_k / pi_k`` with ``pi_k = s_h pi_k(1) <= s_h``: at least
+        ``p_k / s_h``. With the printed cohesion, Eq. 5 can give almost all of m to one
+        large cluster and shares of 0.01-0.02 to the others, so a round that draws one of
+        them weighs a single client's update 50-100 times its data-size weight p_k or more.
+        ``"largest-remainder"`` never draws such a cluster (bounded weights, the aggregate
+        biased against it); ``cohesion="std"`` or ``uniform_mix`` keep the shares away from 0.
     uniform_mix : float, default=0.0
         eps in [0, 1): the fraction of the m places shared by cluster size (Eq. 4)
         instead of Eq. 5. 0 is the paper; any eps > 0 makes the aggregate unbiased over
