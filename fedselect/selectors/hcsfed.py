@@ -28,6 +28,7 @@ __all__ = [
 _COHESIONS = ("paper", "mean-pairwise", "std")
 _INITS = ("random", "k-means++")
 _ROUNDINGS = ("systematic", "largest-remainder")
+_WEIGHTINGS = ("inclusion", "paper")
 _TOL = 1e-9
 
 
@@ -327,9 +328,17 @@ class HCSFedSelector(BaseSelector):
        ``pi_k = (1 - f_h) pi_k(floor s_h) + f_h pi_k(ceil s_h)`` with f_h the fractional
        part of the share s_h. So ``E[sum_{k in S} p_k / pi_k G_k] = sum_k p_k G_k``,
        full participation, given the clustering and provided every client has
-       pi_k > 0 (see the known limit below; the paper's ``sum (N/m) omega_k w_k``
-       is the uniform special case of Algorithm 2, line 15). With
-       ``rounding="largest-remainder"``, m_h is fixed and pi_k = pi_k(m_h).
+       pi_k > 0 (see the known limit below). With
+       ``rounding="largest-remainder"``, m_h is fixed and pi_k = pi_k(m_h). This is our
+       reading (``weighting="inclusion"``): Algorithm 2, line 15 prints
+       ``w_{t+1} = sum_{k in S_t} (N/m) omega_k w_{t+1}^k``, the weights of uniform
+       sampling, which leave out the shares of Eq. 5 and the probabilities of Eq. 6, so the
+       aggregate is biased towards the clients HCSFed favours; Theorem 1 compares the
+       variances of unbiased estimators, which needs p_k / pi_k. ``weighting="paper"``
+       gives each chosen client ``(N/m) p_k`` as printed (applied to its delta, like every
+       weight here: on the models, a total other than 1 would also rescale w^t). Those
+       weights are bounded by N/m times the largest p_k; the unbiased ones are not (see
+       ``rounding``).
 
     The weights are not normalised (the runtime adds ``sum_k w_k (w_k - w^t)``): their
     total is 1 only on average, which is what unbiasedness costs.
@@ -391,15 +400,21 @@ class HCSFedSelector(BaseSelector):
         The starting centres of k-means: H random clients (Algorithm 1, line 1) or
         k-means++ (favours outlying clients as starting centres; see :func:`kmeans`).
     rounding : {"systematic", "largest-remainder"}, default="systematic"
-        How the shares of Eq. 5 become integers (see :func:`round_shares`). The price of
-        ``"systematic"``'s unbiasedness is variance: a cluster with a small share
-        s_h < 1 is drawn in a fraction s_h of the rounds, and its chosen client then
+        How the shares of Eq. 5 become integers (see :func:`round_shares`). With
+        ``weighting="inclusion"``, the price of ``"systematic"``'s unbiasedness is
+        variance: a cluster with a small share s_h < 1 is drawn in a fraction s_h of the
+        rounds, and its chosen client then
         carries the weight ``p_k / pi_k`` with ``pi_k = s_h pi_k(1) <= s_h``: at least
         ``p_k / s_h``. With the printed cohesion, Eq. 5 can give almost all of m to one
         large cluster and shares of 0.01-0.02 to the others, so a round that draws one of
         them weighs a single client's update 50-100 times its data-size weight p_k or more.
         ``"largest-remainder"`` never draws such a cluster (bounded weights, the aggregate
         biased against it); ``cohesion="std"`` or ``uniform_mix`` keep the shares away from 0.
+    weighting : {"inclusion", "paper"}, default="inclusion"
+        The aggregation weights of step 5: ``p_k / pi_k`` (unbiased, our reading) or
+        ``(N/m) p_k`` as Algorithm 2, line 15 prints them (biased, bounded). N and p_k are
+        those of the clients the round draws from (the answering ones; with
+        ``max_trained``, the subset scaled by N / M).
     uniform_mix : float, default=0.0
         eps in [0, 1): the fraction of the m places shared by cluster size (Eq. 4)
         instead of Eq. 5. 0 is the paper; any eps > 0 makes the aggregate unbiased over
@@ -459,6 +474,7 @@ class HCSFedSelector(BaseSelector):
         cohesion: str = "paper",
         kmeans_init: str = "random",
         rounding: str = "systematic",
+        weighting: str = "inclusion",
         uniform_mix: float = 0.0,
         max_trained: int | None = None,
         random_state: Any = None,
@@ -469,6 +485,7 @@ class HCSFedSelector(BaseSelector):
         self.cohesion = cohesion
         self.kmeans_init = kmeans_init
         self.rounding = rounding
+        self.weighting = weighting
         self.uniform_mix = uniform_mix
         self.max_trained = max_trained
         self.random_state = random_state
@@ -481,11 +498,12 @@ class HCSFedSelector(BaseSelector):
         "cohesion": [StrOptions(_COHESIONS)],
         "kmeans_init": [StrOptions(_INITS)],
         "rounding": [StrOptions(_ROUNDINGS)],
+        "weighting": [StrOptions(_WEIGHTINGS)],
         "uniform_mix": [Interval(Real, 0, 1, closed="left")],
         "max_trained": [None, Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
-    _params_added_later: ClassVar[dict[str, Any]] = {"max_trained": None}
+    _params_added_later: ClassVar[dict[str, Any]] = {"max_trained": None, "weighting": "inclusion"}
 
     def _fit(self, pool: ClientPool) -> None:
         if self.n_clusters > pool.n_clients:
@@ -584,7 +602,11 @@ class HCSFedSelector(BaseSelector):
         return Selection(clients, p[np.searchsorted(pool, clients)] * pool.size / n)
 
     def _sample(self, X: np.ndarray, p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Algorithm 1 on the rows of ``X`` with client weights ``p``: (chosen rows, their weights p_k / pi_k)."""
+        """Algorithm 1 on the rows of ``X`` with client weights ``p``: (chosen rows, their aggregation weights).
+
+        The weights are ``p_k / pi_k`` (``weighting="inclusion"``) or ``(N/m) p_k`` with N the rows of ``X``
+        (``weighting="paper"``, Algorithm 2, line 15).
+        """
         N = X.shape[0]
         rng = self.rng_
         labels = kmeans(X, int(self.n_clusters), rng, init=self.kmeans_init)
@@ -622,6 +644,8 @@ class HCSFedSelector(BaseSelector):
         self.allocation_ = m_h
         self.inclusion_ = pi
         self.compressed_dim_ = int(X.shape[1])
+        if self.weighting == "paper":
+            return clients, p[clients] * (N / n)
         return clients, p[clients] / pi[clients]
 
 

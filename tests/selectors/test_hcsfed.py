@@ -27,6 +27,7 @@ from .test_unbiased import FixedUpdatesOracle, make_problem
         {"rounding": "largest-remainder", "n_clusters": 2, "compression_rate": 1.0},
         {"cohesion": "std", "kmeans_init": "k-means++"},
         {"uniform_mix": 0.3},
+        {"weighting": "paper"},
     ],
 )
 def test_conformance(params):
@@ -374,3 +375,37 @@ def test_eq6_samples_by_update_norm_inside_each_cluster():
             np.testing.assert_allclose(want, first, rtol=1e-9)
     se = np.sqrt(want * (1 - want) / T)
     assert np.all(np.abs(counts / T - want) <= 4.5 * se)
+
+
+def test_paper_weighting_is_algorithm2_line15_and_leaves_the_draw_alone():
+    """``weighting="paper"``: each chosen client gets (N/m) omega_k (Algorithm 2, line 15), not p_k / pi_k.
+
+    The draw is the same as with the default weighting (same stream, same clients); only the weights differ,
+    and they differ here because the inclusion probabilities are far from uniform.
+    """
+    groups, _, oracle = _four_groups()
+    pool = ClientPool(np.random.default_rng(3).integers(20, 200, size=groups.size))
+    N, n = groups.size, 4
+    paper = HCSFedSelector(n_clusters=4, compression_rate=1.0, kmeans_init="k-means++", weighting="paper",
+                           random_state=0).fit(pool)
+    unbiased = HCSFedSelector(n_clusters=4, compression_rate=1.0, kmeans_init="k-means++", random_state=0).fit(pool)
+    for t in range(30):
+        a, b = paper.select(n, round=t, oracle=oracle), unbiased.select(n, round=t, oracle=oracle)
+        np.testing.assert_array_equal(a.clients, b.clients)
+        np.testing.assert_allclose(a.weights, pool.weights[a.clients] * N / n, rtol=1e-12)
+        np.testing.assert_allclose(b.weights, pool.weights[b.clients] / unbiased.inclusion_[b.clients], rtol=1e-12)
+        assert not np.allclose(a.weights, b.weights)
+
+
+def test_paper_weighting_with_max_trained_scales_by_the_subset():
+    """With ``max_trained`` = M the round draws from a uniform subset A: line 15's N/m over A is (M/m) * (N/M) p_k."""
+    oracle = SyntheticOracle(30, random_state=1)
+    pool = ClientPool(np.random.default_rng(0).integers(10, 100, size=30))
+    sel = HCSFedSelector(n_clusters=3, compression_rate=1.0, weighting="paper", max_trained=12, random_state=0)
+    sel.fit(pool)
+    for t in range(5):
+        s = sel.select(5, round=t, oracle=oracle)
+        A = sel.probed_
+        p = pool.weights[A] * (30 / 12)
+        p = p * (pool.weights[A].sum() * (30 / 12) / p.sum())
+        np.testing.assert_allclose(s.weights, p[np.searchsorted(A, s.clients)] * 12 / 5, rtol=1e-12)
