@@ -69,10 +69,16 @@ def _divergence(text: str) -> float | str:
 
 
 def parse_selector_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
-    """``"name"`` or ``"name:p=v,q=w"`` (optionally ``"label=name:..."``) -> (label, name, params)."""
+    """``"name"`` or ``"name:p=v,q=w"`` (optionally ``"label=name:..."``) -> (label, name, params).
+
+    The name is what follows the last ``=`` before the first ``:``, so a label may contain
+    ``=`` (``"HCSFed (weighting=paper)=hcsfed:weighting=paper"``) but not ``:``.
+    """
     label = None
-    if "=" in spec.split(":", 1)[0]:
-        label, spec = spec.split("=", 1)
+    head, colon, rest = spec.partition(":")
+    if "=" in head:
+        label, head = head.rsplit("=", 1)
+    spec = head + colon + rest
     name, _, rest = spec.partition(":")
     params: dict[str, Any] = {}
     if rest:

@@ -14,6 +14,10 @@ SMALL = ["--n-clients", "8", "--clients-per-round", "2", "--rounds", "4", "--mod
 
 def test_parse_selector_spec():
     assert parse_selector_spec("random") == ("random", "random", {})
+    # a label may hold "=": the name follows the last "=" before the parameters
+    assert parse_selector_spec("HCSFed (weighting=paper)=hcsfed:weighting=paper") == (
+        "HCSFed (weighting=paper)", "hcsfed", {"weighting": "paper"})
+    assert parse_selector_spec("a=b=random") == ("a=b", "random", {})
     assert parse_selector_spec("power-of-choice:d=6") == ("power-of-choice(d=6)", "power-of-choice", {"d": 6})
     assert parse_selector_spec("pow=power-of-choice:d=6,random_state=1") == (
         "pow", "power-of-choice", {"d": 6, "random_state": 1})

@@ -403,11 +403,11 @@ class HCSFedSelector(BaseSelector):
         How the shares of Eq. 5 become integers (see :func:`round_shares`). With
         ``weighting="inclusion"``, the price of ``"systematic"``'s unbiasedness is
         variance: a cluster with a small share s_h < 1 is drawn in a fraction s_h of the
-        rounds, and its chosen client then
-        carries the weight ``p_k / pi_k`` with ``pi_k = s_h pi_k(1) <= s_h``: at least
-        ``p_k / s_h``. With the printed cohesion, Eq. 5 can give almost all of m to one
-        large cluster and shares of 0.01-0.02 to the others, so a round that draws one of
-        them weighs a single client's update 50-100 times its data-size weight p_k or more.
+        rounds, and its chosen client then carries the weight ``p_k / pi_k`` with
+        ``pi_k = s_h pi_k(1) <= s_h``: at least ``p_k / s_h``. With the printed cohesion,
+        Eq. 5 can give almost all of m to one large cluster and shares of 0.01-0.02 to the
+        others, so a round that draws one of them weighs a single client's update 50-100
+        times its data-size weight p_k or more.
         ``"largest-remainder"`` never draws such a cluster (bounded weights, the aggregate
         biased against it); ``cohesion="std"`` or ``uniform_mix`` keep the shares away from 0.
     weighting : {"inclusion", "paper"}, default="inclusion"
