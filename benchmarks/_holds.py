@@ -30,22 +30,22 @@ def what_holds(comp: Any, reference: str, *, setting: str, claim: str, baselines
     extra rows of ours (variants, other readings) are not part of the paper's claim. The Holm
     adjustment runs over exactly these comparisons. Verdict: *reproduces* when ``reference`` is
     significantly faster (Holm-adjusted p < alpha) than every baseline; *partly* when than some;
-    *does not reproduce* when than none.
+    *does not reproduce* when than none. A run that diverged (``DivergenceError``) counts as never
+    reaching the target (``Comparison.paired(diverged="not-reached")``), so a scheme that diverges
+    on most seeds is judged on all of them; runs that failed otherwise leave the pairs and are named.
     """
     failed = (getattr(comp, "failed", None) or {}).get(reference, {})
-    if not comp.histories.get(reference):
-        if failed:
-            return (f"- **{setting}: does not reproduce.** Paper: {claim} Here {reference} failed on every seed run "
-                    f"({_failures(failed)}), so it never reached the target.")
+    if not comp.histories.get(reference) and not failed:
         return f"- **{setting}: not run** ({reference} has no finished run)."
-    rows = comp.paired(reference)
+    rows = comp.paired(reference, diverged="not-reached")
     if baselines is not None:
         keep = set(baselines)
         rows = [r for r in rows if r["scheme"] in keep]
         for r, p in zip(rows, holm([r["p"] for r in rows])):
             r["p_holm"] = p
+    rows = [r for r in rows if r["seeds"]]
     if not rows:
-        return f"- **{setting}: nothing to compare** ({reference} is the only scheme with runs)."
+        return f"- **{setting}: nothing to compare** (no seed has a usable run of {reference} and of a baseline)."
     seeds = max(len(r["seeds"]) for r in rows)
     faster = [r for r in rows if r["p_holm"] < alpha and r["mean"] > 0]
     slower = [r for r in rows if r["p_holm"] < alpha and r["mean"] < 0]
@@ -68,10 +68,18 @@ def what_holds(comp: Any, reference: str, *, setting: str, claim: str, baselines
     if slower:
         parts.append(f"significantly slower than {names(slower)}")
     small = " With so few seeds no paired difference can reach significance." if 2.0 / 2**seeds > alpha else ""
-    fails = (f" {reference} also failed on {len(failed)} seed(s) ({_failures(failed)}), left out of the pairs."
-             if failed else "")
+    notes = []
+    if failed:
+        notes.append(f"{reference} failed on {len(failed)} of the seeds run ({_failures(failed)})")
+    others = sorted({s for r in rows for s in r["diverged_seeds"]})
+    if others:
+        notes.append(f"a baseline diverged on seed(s) {others}")
+    tail = ""
+    if notes:
+        tail = (" " + "; ".join(notes) + ": a diverged run counts as not reaching the target, any other failure "
+                "leaves its seed out.")
     return (f"- **{setting}: {verdict}.** Paper: {claim} Here ({seeds} seeds, paired by seed, Holm over "
-            f"{len(rows)} comparisons): " + "; ".join(parts) + "." + small + fails)
+            f"{len(rows)} comparisons): " + "; ".join(parts) + "." + small + tail)
 
 
 def _failures(failed: Mapping[int, Mapping[str, Any]]) -> str:

@@ -100,13 +100,16 @@ def _cell(comp, label: str) -> str | None:
     """Mean ± std of the seeds that reached the target, with "(k/n reached)" when some did not."""
     r = {x["scheme"]: x for x in comp.rows()}.get(label)
     failed = comp.failed.get(label, {})
+    types = ", ".join(sorted({str(f.get("type") or "error") for f in failed.values()}))
     if (r is None or not r["seeds"]) and failed:
-        types = sorted({str(f.get("type") or "error") for f in failed.values()})
-        return f"failed on {len(failed)}/{len(failed)} seeds ({', '.join(types)})"
+        return f"failed on all {len(failed)} seeds ({types})"
     if r is None or not r["seeds"]:
         return None
     ok = [x for x in r["rounds_to_target_each"] if x is not None]
-    return _mean_std(ok) + ("" if len(ok) == r["seeds"] else f" ({len(ok)}/{r['seeds']} reached)")
+    n = r["seeds"] + len(failed)
+    if len(ok) == n:
+        return _mean_std(ok)
+    return _mean_std(ok) + f" ({len(ok)}/{n} reached" + (f", {len(failed)} failed: {types})" if failed else ")")
 
 
 def _rounds_table(comps: dict, labels: list[str], preset_name: str = "hcsfed-fmnist-q{q}") -> list[str]:
@@ -390,13 +393,18 @@ def _paired(comps: dict, not_reached: int = PAPER_ROUNDS + 1) -> list[str]:
         "## HCSFed against each scheme, paired by seed",
         "",
         "Rounds to 80 % of the other scheme minus HCSFed's on the same seed (positive: HCSFed faster); a run that "
-        f"did not reach 80 % counts as {not_reached} rounds. p: two-sided Wilcoxon signed-rank test (ties dropped); "
-        "p (Holm): adjusted over the comparisons made at that q (`Comparison.paired`).",
+        f"did not reach 80 %, or diverged (DivergenceError), counts as {not_reached} rounds. p: two-sided Wilcoxon "
+        "signed-rank test (ties dropped); p (Holm): adjusted over the comparisons made at that q "
+        "(`Comparison.paired`). Where a row of ours has its own reading of HCSFed, it is also set against every "
+        "other row.",
         "",
     ]
     for q, comp in comps.items():
-        if comp.histories.get("HCSFed"):
-            out += [f"q = {q}:", "", comp.paired_markdown("HCSFed"), ""]
+        for ref in ("HCSFed", "HCSFed (cohesion=std)"):
+            if comp.histories.get(ref) or comp.failed.get(ref):
+                title = f"q = {q}" + ("" if ref == "HCSFed" else f", {ref} as the reference")
+                out += [f"{title}:", "", comp.paired_markdown(ref, not_reached=not_reached, diverged="not-reached"),
+                        ""]
     return out
 
 

@@ -571,7 +571,8 @@ class Comparison:
                      "comparison say nothing; lower the target (--target) or train longer (--rounds)."]
         return head, body, notes
 
-    def paired(self, reference: str, *, not_reached: int | None = None) -> list[dict[str, Any]]:
+    def paired(self, reference: str, *, not_reached: int | None = None,
+               diverged: str = "leave-out") -> list[dict[str, Any]]:
         """Each other scheme against ``reference``, paired by seed.
 
         Runs of one seed share the federation (partition, model start, minibatch streams), so
@@ -585,47 +586,75 @@ class Comparison:
         not_reached : int, optional
             The value a run that never reached the target counts as. Default: its number
             of rounds + 1 (a lower bound on its true rounds to the target).
+        diverged : {"leave-out", "not-reached"}, default "leave-out"
+            What a run that failed with a :class:`~fedselect.simulation.DivergenceError`
+            (the scheme's training diverged) counts as. ``"leave-out"``: like any failed run,
+            its seed leaves the pairs (listed in ``failed_seeds``). ``"not-reached"``: it never
+            reached the target, so it counts as ``not_reached`` (default: the longest run of the
+            comparison + 1); a scheme that diverges on most seeds is then judged on all of them,
+            not on the few it survived. Runs that failed otherwise are always left out.
 
         Returns
         -------
         rows : list of dict
-            Per other scheme: ``scheme``, ``seeds`` (the seeds both have), ``diffs``
+            Per other scheme: ``scheme``, ``seeds`` (the seeds in the pairs), ``diffs``
             (other - reference rounds to the target, per seed: positive means the
             reference was faster), ``failed_seeds`` (seeds left out because a run of
-            this scheme or of the reference failed), the statistics of :func:`paired_summary`, and
+            this scheme or of the reference failed), ``diverged_seeds`` and
+            ``reference_diverged_seeds`` (with ``diverged="not-reached"``: the seeds in the pairs
+            where this scheme's run, or the reference's, diverged and counts as not reached),
+            the statistics of :func:`paired_summary`, and
             ``p_holm``: the p-value adjusted for comparing the reference with every other
             scheme at once (Holm's step-down method, see :func:`holm`).
         """
         if reference not in self.histories:
             raise KeyError(f"no scheme {reference!r} in this comparison; schemes: {list(self.histories)}")
+        if diverged not in ("leave-out", "not-reached"):
+            raise ValueError(f"Comparison.paired: diverged={diverged!r}; expected 'leave-out' or 'not-reached'")
+        longest = max((len(h) for runs in self.histories.values() for h in runs.values()), default=0)
 
-        def rounds(h: History) -> float:
-            r = h.rounds_to_accuracy(self.target)
+        def rounds(h: History | None) -> float:
+            r = None if h is None else h.rounds_to_accuracy(self.target)
             if r is not None:
                 return float(r)
-            return float(not_reached if not_reached is not None else len(h) + 1)
+            if not_reached is not None:
+                return float(not_reached)
+            return float((len(h) if h is not None else longest) + 1)
 
-        ref = self.histories[reference]
+        def usable(label: str) -> dict[int, History | None]:
+            """seed -> History, or None for a diverged run counted as not reached."""
+            runs: dict[int, History | None] = dict(self.histories.get(label, {}))
+            if diverged == "not-reached":
+                for seed, f in self.failed.get(label, {}).items():
+                    if f.get("type") == "DivergenceError":
+                        runs[int(seed)] = None
+            return runs
+
+        ref = usable(reference)
         out = []
-        for label, runs in self.histories.items():
+        for label in self.histories:
+            runs = usable(label)
             seeds = sorted(set(ref) & set(runs))
-            failed = sorted(set(self.failed.get(label, {})) | set(self.failed.get(reference, {})))
+            failed = sorted((set(self.failed.get(label, {})) | set(self.failed.get(reference, {}))) - set(seeds))
             if label == reference or not (seeds or failed):
                 continue
             diffs = [rounds(runs[s]) - rounds(ref[s]) for s in seeds]
-            out.append({"scheme": label, "seeds": seeds, "failed_seeds": failed, **paired_summary(diffs)})
+            out.append({"scheme": label, "seeds": seeds, "failed_seeds": failed,
+                        "diverged_seeds": [s for s in seeds if runs[s] is None],
+                        "reference_diverged_seeds": [s for s in seeds if ref[s] is None], **paired_summary(diffs)})
         for row, p in zip(out, holm([r["p"] for r in out])):
             row["p_holm"] = p
         return out
 
-    def paired_markdown(self, reference: str, *, not_reached: int | None = None) -> str:
+    def paired_markdown(self, reference: str, *, not_reached: int | None = None,
+                        diverged: str = "leave-out") -> str:
         """:meth:`paired` as a markdown table."""
         lines = [
             f"| scheme | seeds | scheme − {reference} (rounds, mean ± std) | median | "
             f"{reference} faster / tie / slower | p (Wilcoxon) | p (Holm) |",
             "|---|---|---|---|---|---|---|",
         ]
-        rows = self.paired(reference, not_reached=not_reached)
+        rows = self.paired(reference, not_reached=not_reached, diverged=diverged)
         for r in rows:
             lines.append(
                 f"| {r['scheme']} | {len(r['seeds'])} | {r['mean']:+.1f} ± {r['std']:.1f} | {r['median']:+.1f} | "
@@ -636,6 +665,12 @@ class Comparison:
             lines.append("")
             lines.append(f"With {most} seed(s) the smallest p-value the test can give is {2.0 / 2**most:.3f}: "
                          "no difference can reach p < 0.05; run at least 6 seeds.")
+        ref_gone = sorted({s for r in rows for s in r["reference_diverged_seeds"]})
+        counted = ([f"{reference} (the reference): seed(s) {ref_gone}"] if ref_gone else []) + [
+            f"{r['scheme']}: seed(s) {r['diverged_seeds']}" for r in rows if r["diverged_seeds"]]
+        if counted:
+            lines.append("")
+            lines.append("Counted as not reached because a run diverged (DivergenceError): " + "; ".join(counted) + ".")
         left_out = [f"{r['scheme']}: seed(s) {r['failed_seeds']}" for r in rows if r["failed_seeds"]]
         if left_out:
             lines.append("")

@@ -190,3 +190,28 @@ def test_compressed_results_are_loaded_and_resumed(tmp_path):
         redone = run_comparison(schemes, **kw)
     assert redone.histories == first.histories
     assert sorted(p.name for p in (tmp_path / "runs").glob("ok__*")) [:2] == ["ok__seed0.json.gz", "ok__seed1.json"]
+
+
+def test_paired_can_count_a_diverged_run_as_not_reached(flaky, tmp_path):
+    """``diverged="not-reached"``: a scheme that diverges is judged on every seed, not on those it survived."""
+    comp = _compare(tmp_path)
+    ok = {s: comp.histories["ok"][s].rounds_to_accuracy(0.3) for s in (0, 1)}
+    longest = max(len(h) for h in comp.histories["ok"].values())
+    value = {s: (ok[s] if ok[s] is not None else longest + 1) for s in (0, 1)}
+    rows = {r["scheme"]: r for r in comp.paired("ok", diverged="not-reached")}
+    assert rows["div"]["seeds"] == [0, 1] and rows["div"]["diverged_seeds"] == [0, 1]
+    assert rows["div"]["reference_diverged_seeds"] == []
+    assert rows["div"]["failed_seeds"] == []
+    assert rows["div"]["diffs"] == [longest + 1 - value[0], longest + 1 - value[1]]
+    assert rows["boom"]["seeds"] == [] and rows["boom"]["failed_seeds"] == [0, 1]  # other failures stay out
+    # the diverging scheme as the reference, with no finished run at all
+    rows = {r["scheme"]: r for r in comp.paired("div", diverged="not-reached", not_reached=99)}
+    assert rows["ok"]["diffs"] == [(ok[s] if ok[s] is not None else 99) - 99 for s in (0, 1)]
+    assert rows["ok"]["diverged_seeds"] == [] and rows["ok"]["reference_diverged_seeds"] == [0, 1]
+    assert "div (the reference): seed(s) [0, 1]." in comp.paired_markdown("div", diverged="not-reached")
+    md = comp.paired_markdown("ok", diverged="not-reached")
+    assert "Counted as not reached because a run diverged (DivergenceError): div: seed(s) [0, 1]." in md
+    default = {r["scheme"]: r for r in comp.paired("ok")}
+    assert default["div"]["seeds"] == [] and default["div"]["failed_seeds"] == [0, 1]
+    with pytest.raises(ValueError, match="diverged='yes'"):
+        comp.paired("ok", diverged="yes")
