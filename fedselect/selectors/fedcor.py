@@ -179,9 +179,10 @@ class FedCorSelector(BaseSelector):
     the federation itself does. Time is what grows: over a 500-round FMNIST schedule (W = 15, Dt = 10) the
     warm-up fits take 16 x 150 Adam steps and the 48 GP rounds 100 steps each, plus the
     warm-up's N losses per round and each GP round's trial evaluated on all N clients;
-    ``gp_solver="closed-form"`` computes the same likelihood about 3x faster per step at
-    N = 100,000 (see the parameter). Measured seconds per round at N = 1,000 to 100,000:
-    ``benchmarks/bench_scale.py`` (and ``benchmarks/bench_fedcor_gp.py`` for the fit alone).
+    ``gp_solver="closed-form"`` computes the same likelihood and its gradient in O(N d^2)
+    without GPyTorch's autograd graph (see the parameter). Measured seconds per round at
+    N = 1,000 to 100,000: ``benchmarks/bench_scale.py`` (and ``benchmarks/bench_fedcor_gp.py``
+    for the fit alone); the results are on the reproductions page.
 
     Parameters
     ----------
@@ -235,8 +236,8 @@ class FedCorSelector(BaseSelector):
         (``r^T r``, the residuals) computed once per fit
         (:meth:`fedselect.selectors._gp.LossChangeGP.closed_form_objective`). Both give the
         paper's exact likelihood and gradient (they agree to about 1e-14 relative); the
-        closed form skips linear_operator's generic machinery and costs about a third per
-        step at N = 100,000 (``benchmarks/bench_scale.py``). Float rounding differs, so a run
+        closed form skips linear_operator's generic machinery (the time it saves is measured
+        by ``benchmarks/bench_scale.py``). Float rounding differs, so a run
         with it is not bit-for-bit the default's (the GP and, rarely, a selection may differ).
     random_state : None, int or numpy RandomState, default=None
         Seeds the warm-up and trial choices and, through a torch Generator, the initial

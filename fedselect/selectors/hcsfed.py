@@ -404,10 +404,10 @@ class HCSFedSelector(BaseSelector):
         ``weighting="inclusion"``, the price of ``"systematic"``'s unbiasedness is
         variance: a cluster with a small share s_h < 1 is drawn in a fraction s_h of the
         rounds, and its chosen client then carries the weight ``p_k / pi_k`` with
-        ``pi_k = s_h pi_k(1) <= s_h``: at least ``p_k / s_h``. With the printed cohesion,
-        Eq. 5 can give almost all of m to one large cluster and shares of 0.01-0.02 to the
-        others, so a round that draws one of them weighs a single client's update 50-100
-        times its data-size weight p_k or more.
+        ``pi_k = s_h pi_k(1)``, where ``pi_k(1) = ||X^k|| / sum_{j in h} ||X^j||`` is about
+        1/N_h: a weight of about ``p_k N_h / s_h``. The printed cohesion can give almost all
+        of m to one large cluster and shares s_h << 1 to the others, so a round that draws one
+        of them weighs a single client's update many times its data-size weight p_k.
         ``"largest-remainder"`` never draws such a cluster (bounded weights, the aggregate
         biased against it); ``cohesion="std"`` or ``uniform_mix`` keep the shares away from 0.
     weighting : {"inclusion", "paper"}, default="inclusion"

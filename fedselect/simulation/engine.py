@@ -529,11 +529,12 @@ class Engine:
         where a client has no minibatch left it is left out of the batched products (its
         parameters cannot move any more), and the dropout masks are still drawn for every
         client at every step, so the result is the padded computation's bit for bit. On
-        Dirichlet splits, where clients' local epochs differ in length, this saves about a third
-        of a round's training arithmetic (FedCor's FMNIST Dir preset computed 1.6 padded samples
-        per real one). With the built-in cross-entropy loss, the chain's backward pass is written
-        out by hand (:meth:`_chain_grads`, the same operations autograd runs, so the same bits);
-        other losses go through autograd.
+        Dirichlet splits, where clients' local epochs differ in length, the padded computation
+        costs ``C * max_k s_k`` sample steps for ``sum_k s_k`` real ones (s_k: client k's
+        samples over its local epochs); the skip brings it back to the real ones. With the
+        built-in cross-entropy loss, the chain's backward pass is written out by hand
+        (:meth:`_chain_grads`, the same operations autograd runs, so the same bits); other
+        losses go through autograd.
         """
         C = len(batches)
         start = self.buffers if buffers is None else buffers
