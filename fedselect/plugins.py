@@ -266,6 +266,46 @@ def _file_sha256(path: str | os.PathLike[str] | None) -> str | None:
         return None
 
 
+def _changed_since_import(module: ModuleType, path: Path) -> list[str]:
+    """Functions and methods of ``module`` whose code differs from what ``path`` compiles to now.
+
+    An already-imported module ran the file as it was then; if the file was edited since, the
+    classes a run would use are not the code whose hash it would record. Compares every function
+    and method defined in the module (by qualified name) with the code objects of the file as
+    it is now; edits that touch only module-level values are not seen.
+    """
+    try:
+        fresh = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError):
+        return ["<the file no longer compiles>"]
+    now: dict[str, Any] = {}
+    todo = [fresh]
+    while todo:
+        code = todo.pop()
+        for c in code.co_consts:
+            if hasattr(c, "co_code"):
+                now[c.co_qualname] = c
+                todo.append(c)
+    changed = []
+    seen: set[int] = set()
+    todo_objs: list[Any] = list(vars(module).values())
+    while todo_objs:
+        obj = todo_objs.pop()
+        if id(obj) in seen or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type):
+            todo_objs.extend(vars(obj).values())
+            continue
+        func = getattr(obj, "__func__", obj)  # classmethod / staticmethod
+        code = getattr(func, "__code__", None)
+        if code is None or Path(code.co_filename).resolve() != path:  # e.g. a wrapper from another file
+            continue
+        if now.get(code.co_qualname) != code:
+            changed.append(code.co_qualname)
+    return sorted(changed)
+
+
 def _hookimpl_names(obj: Any) -> list[str]:
     """Names of the attributes of ``obj`` marked with :data:`fedselect.hookimpl`."""
     marker = f"{hookspecs.hookimpl.project_name}_impl"
@@ -404,7 +444,16 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     if other is not None:
         other_file = getattr(other, "__file__", None)
         if other_file is not None and Path(other_file).resolve() == resolved:
-            # the user imported this very file already (``import my_selector``): register that module
+            # the user imported this very file already (``import my_selector``): register that module,
+            # unless the file was edited since (the record would then name code that did not run)
+            changed = _changed_since_import(other, resolved)
+            if changed:
+                raise PluginError(
+                    f"plugin file {text} was changed after the program imported it as module {mod_name!r} "
+                    f"({', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''} differ): the registered "
+                    f"classes would not be the code in the file; run importlib.reload({mod_name}) (or restart) "
+                    "and call load_plugin again"
+                )
             try:
                 register_plugin(other, name=label)
             except PluginError as exc:
@@ -443,7 +492,7 @@ def user_plugins_used(*, selector: Any = None, dataset: Any = None, model: Any =
 
     ``selector``, ``dataset`` and ``model`` are registered names (others are ignored);
     ``objects`` are classes, instances or functions, matched by their module. Each record
-    is ``{"path", "sha256"}`` for a file and ``{"module", "sha256"}`` for a module, so a run
+    is ``{"file", "sha256"}`` for a file and ``{"module", "sha256"}`` for a module, so a run
     that used a plugin records which code it ran and one that did not records nothing.
     """
     if not _user_plugins:

@@ -148,6 +148,26 @@ def test_a_file_the_program_already_imported_is_registered_as_it_is(tmp_path, un
     ]
 
 
+def test_a_file_edited_after_its_import_is_refused_until_reloaded(tmp_path, unload, monkeypatch):
+    """The record must name the code that runs: an edit after ``import`` is caught, a reload clears it."""
+    import importlib
+
+    path = tmp_path / "edited_plugin_xyz.py"
+    path.write_text(_readme_plugin())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("edited_plugin_xyz")
+    text = path.read_text()
+    assert "return" in text
+    path.write_text(text.replace("return", "return  # edited\n        return", 1))  # same names, other code
+    with pytest.raises(PluginError, match=r"was changed after the program imported it as module 'edited_plugin_xyz'"
+                                          r".*importlib.reload\(edited_plugin_xyz\)"):
+        load_plugin(str(path))
+    assert "largest-loss" not in plugins.list_selectors()
+    importlib.reload(module)
+    assert load_plugin(str(path)) is module
+    assert plugins.user_plugins_used(selector="largest-loss")[0]["sha256"] == plugins._file_sha256(path)
+
+
 def test_a_changed_option_gets_its_own_default_folder(tmp_path, monkeypatch):
     from fedselect.cli import _apply_overrides, _default_out, build_parser
     from fedselect.presets import get_preset
