@@ -406,8 +406,9 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
         The file does not exist.
     PluginError
         The file or module fails to import (the message carries the original error), a
-        module of the same name from another file is already imported, or it defines no
-        valid hook implementation (see :func:`register_plugin`).
+        module of the same name from another file is already imported, the program imported
+        this file before and it was edited since, or it defines no valid hook implementation
+        (see :func:`register_plugin`).
 
     Examples
     --------
