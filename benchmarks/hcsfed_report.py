@@ -373,6 +373,7 @@ def calibrated() -> None:
         if (CALIBRATED / f"q{q}" / "accuracy.png").exists():
             lines += [f"## Accuracy, q = {q}", "", f"![accuracy q={q}](q{q}/accuracy.png)", ""]
     lines += _paired(comps, tr["rounds"] + 1)
+    lines += _variants(comps, tr["rounds"] + 1)
     lines += _cells(comps, all_cells, labels, "CPU: as recorded in the run's JSON.")
     calibration = CALIBRATED / "CALIBRATION.md"
     if calibration.exists():  # one level down: its title becomes this section's
@@ -382,6 +383,44 @@ def calibrated() -> None:
     (CALIBRATED / "REPORT.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:12]))
     print(f"wrote {CALIBRATED / 'REPORT.md'}")
+
+
+def _variants(comps: dict, not_reached: int) -> list[str]:
+    """Other readings of HCSFed run beside the table (``hcsfed-calibrated/variants/q<q>``), if any.
+
+    Each is set against the table's rows of the same seeds (the same federations and model starts);
+    its runs may come from another commit than the table's, which the section names.
+    """
+    out: list[str] = []
+    for q in QS:
+        run_dir = CALIBRATED / "variants" / f"q{q}"
+        if q not in comps or not (run_dir / "runs").exists():
+            continue
+        preset = get_preset(f"hcsfed-fmnist-q{q}-calibrated")
+        var, cells = load_comparison(run_dir, preset.target)
+        if not var.histories and not var.failed:
+            continue
+        base = comps[q]
+        keep = ["Random", "Importance (OCS)", "Cluster", "HCSFed", "HCSFed (cohesion=std)"]
+        merged = type(base)(histories={**{k: base.histories[k] for k in keep if k in base.histories},
+                                       **var.histories},
+                            target=base.target, n_clients=base.n_clients,
+                            failed={**{k: v for k, v in base.failed.items() if k in keep}, **var.failed})
+        commits = sorted({str(c.get("commit"))[:12] for c in cells})
+        cpus = sorted({str((c.get("machine") or {}).get("cpu", "not recorded")) for c in cells})
+        commands = sorted({_command(c.get("command")) for c in cells})
+        out += [f"## Other readings of HCSFed, q = {q}", "",
+                f"Run with `{'`, `'.join(commands)}` (commit {', '.join(commits)}; "
+                f"{'; '.join(cpus)}); the other rows are the table's above (commit of the table). "
+                "\"HCSFed (line-15 weights)\" = `weighting=\"paper\"`: each chosen client weighted (N/m) omega_k as "
+                "Algorithm 2, line 15 prints it, in place of the unbiased p_k / pi_k.", "",
+                merged.to_markdown(), ""]
+        for label in var.histories:
+            if var.histories[label] or var.failed.get(label):
+                out += [f"{label} against each row, paired by seed (a run that did not reach 80 % or diverged "
+                        f"counts as {not_reached}):", "",
+                        merged.paired_markdown(label, not_reached=not_reached, diverged="not-reached"), ""]
+    return out
 
 
 def _paired(comps: dict, not_reached: int = PAPER_ROUNDS + 1) -> list[str]:
