@@ -62,7 +62,7 @@ def what_holds(comp: Any, reference: str, *, setting: str, claim: str, baselines
 
     parts = []
     if faster:
-        parts.append(f"{reference} is significantly faster than {names(faster)}")
+        parts.append(f"significantly faster than {names(faster)}")
     if level:
         parts.append(f"not significantly different from {names(level)}")
     if slower:
@@ -79,7 +79,7 @@ def what_holds(comp: Any, reference: str, *, setting: str, claim: str, baselines
         tail = (" " + "; ".join(notes) + ": a diverged run counts as not reaching the target, any other failure "
                 "leaves its seed out.")
     return (f"- **{setting}: {verdict}.** Paper: {claim} Here ({seeds} seeds, paired by seed, Holm over "
-            f"{len(rows)} comparisons): " + "; ".join(parts) + "." + small + tail)
+            f"{len(rows)} comparisons): {reference} is " + "; ".join(parts) + "." + small + tail)
 
 
 def _failures(failed: Mapping[int, Mapping[str, Any]]) -> str:
