@@ -37,7 +37,9 @@ class FederationClients:
         loads its data itself).
     model, model_params, local_steps, local_epochs, batch_size, lr, weight_decay, prox_mu, random_state
         As in :class:`fedselect.FederatedTrainer` (a constant learning rate; ``lr`` may be
-        overridden per round by the train config key ``"lr"``).
+        overridden per round by the train config key ``"lr"``). ``model`` is a registered
+        name, a ``torch.nn.Module`` (used as given) or a builder
+        ``model(input_shape, n_outputs, **model_params)`` built under ``random_state``.
     pooled_losses : bool, default False
         Measure l_k as the simulator does when it asks every client at once: one forward
         pass over the whole federation's evaluation data, row k (cached per model within a
@@ -46,8 +48,24 @@ class FederationClients:
         differently), which is enough to flip a close GP argmax in FedCor after some rounds;
         tests that compare the two worlds client by client set this.
 
+    Attributes
+    ----------
+    buffer_names : list of str
+        The model's buffers, e.g. batch norm's ``running_mean``, ``running_var`` and
+        ``num_batches_tracked`` (empty without): pass them as ``SelectorStrategy(buffers=...)``.
+
     Notes
     -----
+    Batch norm: :meth:`initial_arrays` holds the parameters, then the buffers in their own
+    dtypes. A client trains from the parameters and buffers it receives, in train mode,
+    and reports its parameter update and ``b_k - b^t`` for each buffer (see
+    :mod:`fedselect.flower._protocol`); the strategy averages the buffers as the simulator
+    does. Losses and :meth:`evaluate_fn` run in eval mode with the buffers received (the
+    global ones). The simulator trains a round's clients together in one vmapped pass,
+    whose batched products round differently in the last bits from one client's, so with
+    a batch-norm model the two worlds agree on clients and costs but their models only to
+    float rounding (without buffers or normalisation layers they agree to the last bit).
+
     A model with dropout trains with other masks than the simulator's (which draws masks
     for all chosen clients at once), so only dropout-free models reproduce it exactly.
     """
@@ -56,7 +74,7 @@ class FederationClients:
         self,
         federation: Any,
         *,
-        model: str = "mlp",
+        model: str | torch.nn.Module | Callable[..., torch.nn.Module] = "mlp",
         model_params: Mapping[str, Any] | None = None,
         local_steps: int | None = None,
         local_epochs: int | None = None,

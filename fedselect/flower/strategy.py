@@ -100,6 +100,11 @@ class FlowerOracle(ClientOracle):
     then held by the server, so a client chosen later in the round is not trained again
     (only its loss on ``w^t`` is asked, as every reporter's is).
 
+    With buffers (``SelectorStrategy(buffers=...)``) the server also keeps each trained
+    client's ``b_k - b^t``; the trial model of ``trial`` carries the trial clients' buffers
+    averaged with the trial's weights (:func:`_aggregate_buffers`), and no answer to the
+    selector holds a buffer: updates and parameters have the model's D parameters only.
+
     Clients without a live node are failed from the start of the round: questions about
     them answer NaN without a message. A reply that cannot be used (no finite ``loss``, no
     update, non-integer counts) fails its client for the round, like a timeout.
