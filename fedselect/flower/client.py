@@ -108,6 +108,12 @@ def make_client_app(
         What ``train_fn`` returns. ``"update"`` avoids a subtraction on the client (the
         update is uploaded exactly as computed).
 
+        A model with buffers (batch norm statistics) sends them with its parameters, and
+        ``train_fn`` returns them with the parameters: their values after local training
+        (``"parameters"``), or ``b_k - b^t`` in the buffer's dtype (``"update"``; a boolean
+        buffer reports ``b_k != b^t``). The server, told the buffer names
+        (``SelectorStrategy(buffers=...)``), averages them rather than adding them up.
+
     Returns
     -------
     flwr.clientapp.ClientApp
@@ -160,7 +166,7 @@ def make_client_app(
         if train_returns == "parameters":
             old = model.to_numpy_ndarrays()
             arrays = P.as_arrays(
-                [np.asarray(arrays[k].numpy()) - o for k, o in zip(keys, old)], keys, "make_client_app"
+                [P.buffer_delta(arrays[k].numpy(), o) for k, o in zip(keys, old)], keys, "make_client_app"
             )
         for key in (P.STEPS, P.SAMPLE_GRADIENTS):
             if user_metrics and key in user_metrics:

@@ -13,6 +13,7 @@ from flwr.clientapp import ClientApp
 
 from ..simulation.engine import Engine, LocalSchedule
 from ..simulation.models import build_model
+from . import _protocol as P
 from .client import make_client_app
 
 __all__ = ["FederationClients"]
@@ -36,7 +37,9 @@ class FederationClients:
         loads its data itself).
     model, model_params, local_steps, local_epochs, batch_size, lr, weight_decay, prox_mu, random_state
         As in :class:`fedselect.FederatedTrainer` (a constant learning rate; ``lr`` may be
-        overridden per round by the train config key ``"lr"``).
+        overridden per round by the train config key ``"lr"``). ``model`` is a registered
+        name, a ``torch.nn.Module`` (used as given) or a builder
+        ``model(input_shape, n_outputs, **model_params)`` built under ``random_state``.
     pooled_losses : bool, default False
         Measure l_k as the simulator does when it asks every client at once: one forward
         pass over the whole federation's evaluation data, row k (cached per model within a
@@ -45,8 +48,24 @@ class FederationClients:
         differently), which is enough to flip a close GP argmax in FedCor after some rounds;
         tests that compare the two worlds client by client set this.
 
+    Attributes
+    ----------
+    buffer_names : list of str
+        The model's buffers, e.g. batch norm's ``running_mean``, ``running_var`` and
+        ``num_batches_tracked`` (empty without): pass them as ``SelectorStrategy(buffers=...)``.
+
     Notes
     -----
+    Batch norm: :meth:`initial_arrays` holds the parameters, then the buffers in their own
+    dtypes. A client trains from the parameters and buffers it receives, in train mode,
+    and reports its parameter update and ``b_k - b^t`` for each buffer (see
+    :mod:`fedselect.flower._protocol`); the strategy averages the buffers as the simulator
+    does. Losses and :meth:`evaluate_fn` run in eval mode with the buffers received (the
+    global ones). The simulator trains a round's clients together in one vmapped pass,
+    whose batched products round differently in the last bits from one client's, so with
+    a batch-norm model the two worlds agree on clients and costs but their models only to
+    float rounding (without buffers or normalisation layers they agree to the last bit).
+
     A model with dropout trains with other masks than the simulator's (which draws masks
     for all chosen clients at once), so only dropout-free models reproduce it exactly.
     """
@@ -55,7 +74,7 @@ class FederationClients:
         self,
         federation: Any,
         *,
-        model: str = "mlp",
+        model: str | torch.nn.Module | Callable[..., torch.nn.Module] = "mlp",
         model_params: Mapping[str, Any] | None = None,
         local_steps: int | None = None,
         local_epochs: int | None = None,
@@ -95,30 +114,56 @@ class FederationClients:
         if self._engine is None:
             fed = self.federation
             torch.manual_seed(int(self.seeds[2]))
-            module = build_model(self.model, fed.input_shape, fed.n_classes, **self.model_params)
+            model = self.model
+            if isinstance(model, (str, torch.nn.Module)):
+                module = build_model(model, fed.input_shape, fed.n_classes, **self.model_params)
+            else:  # a builder, as FederatedTrainer calls it
+                module = model(tuple(fed.input_shape), int(getattr(fed, "n_outputs", fed.n_classes)),
+                               **self.model_params)
+                if not isinstance(module, torch.nn.Module):
+                    raise TypeError(f"FederationClients: model={model!r} returned {type(module).__name__}, not a "
+                                    "torch.nn.Module; a builder is called as model(input_shape, n_outputs, **params)")
             self._engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
-            if self._engine.buffers:  # only parameters travel as arrays here; buffers would silently stay initial
-                raise NotImplementedError(
-                    f"FederationClients: the model {type(module).__name__} has buffers "
-                    f"({', '.join(self._engine.buffers)}), e.g. batch norm statistics, which these Flower helpers "
-                    "do not send or aggregate; use "
-                    "fedselect.FederatedTrainer (which averages them), or a model without buffers (nn.GroupNorm, "
-                    "nn.LayerNorm, or batch norm with track_running_stats=False)"
-                )
         return self._engine
 
+    @property
+    def buffer_names(self) -> list[str]:
+        """The model's buffers (batch norm statistics) as named in :meth:`initial_arrays`: pass them to
+        ``SelectorStrategy(buffers=...)``. Empty for a model without buffers."""
+        return list(self.engine.buffers)
+
     def _flat(self, arrays: list[np.ndarray]) -> torch.Tensor:
+        """The parameters of a model's arrays (in :meth:`initial_arrays`' order: parameters, then buffers)."""
+        arrays = arrays[: len(self.engine.names)]
         return torch.from_numpy(np.concatenate([np.asarray(a, dtype=np.float32).reshape(-1) for a in arrays]))
+
+    def _buffers(self, arrays: list[np.ndarray]) -> dict[str, torch.Tensor] | None:
+        """The buffers of a model's arrays by name, in their own dtypes (None for a model without)."""
+        eng = self.engine
+        if not eng.buffers:
+            return None
+        values = arrays[len(eng.names):]
+        if len(values) != len(eng.buffers):
+            raise ValueError(f"FederationClients: a model of {len(arrays)} arrays; expected {len(eng.names)} "
+                             f"parameters and {len(eng.buffers)} buffers ({', '.join(eng.buffers)})")
+        return {n: torch.as_tensor(np.array(v, dtype=b.numpy().dtype)) for (n, b), v in zip(eng.buffers.items(),
+                                                                                             values)}
 
     def _split(self, flat: torch.Tensor) -> list[np.ndarray]:
         return [t.numpy().copy() for t in self.engine.unflatten(flat.detach()).values()]
 
     # -- what a ServerApp needs -------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
-        """The initial global model, one array per parameter (the simulator's order)."""
+        """The initial global model: one array per parameter (the simulator's order), then one per buffer.
+
+        Buffers keep their dtype (batch norm's ``num_batches_tracked`` is int64); name them to
+        the strategy with ``SelectorStrategy(buffers=clients.buffer_names)``.
+        """
         eng = self.engine
         flat = eng.initial_parameters()
-        return ArrayRecord(array_dict={n: Array(a) for n, a in zip(eng.names, self._split(flat))})
+        arrays = {n: Array(a) for n, a in zip(eng.names, self._split(flat))}
+        arrays.update({n: Array(P.contiguous(b.numpy().copy())) for n, b in eng.buffers.items()})
+        return ArrayRecord(array_dict=arrays)
 
     def n_samples(self, k: int) -> int:
         return int(self.federation.n_samples[k])
@@ -132,24 +177,34 @@ class FederationClients:
         batches = eng.client_batches(self.federation.client_indices, self.schedule, int(self.seeds[0]), t, [k])
         tag = {"main": 0, "trial": 1}.get(purpose, 2)
         dropout_seed = int(np.random.SeedSequence([int(self.seeds[0]), t, tag]).generate_state(1)[0])
-        delta = eng.train(self._flat(parameters), batches, lr=float(config.get("lr", self.lr)),
-                          weight_decay=self.weight_decay, prox_mu=self.prox_mu, dropout_seed=dropout_seed)[0]
+        buffers = self._buffers(parameters)
+        deltas, client_buffers = eng.train(
+            self._flat(parameters), batches, lr=float(config.get("lr", self.lr)), weight_decay=self.weight_decay,
+            prox_mu=self.prox_mu, dropout_seed=dropout_seed, buffers=buffers, return_buffers=True,
+        )
         metrics = {
             "fedselect-local-steps": len(batches[0]),
             "fedselect-sample-gradients": int(sum(len(b) for b in batches[0])),
         }
-        return self._split(delta), metrics
+        # Buffers report b_k - b^t too (see fedselect.flower._protocol): the subtraction the server's average
+        # starts with, done here in the buffer's dtype.
+        buffer_deltas = [P.buffer_delta(client_buffers[n][0].numpy(), b.numpy()) for n, b in (buffers or {}).items()]
+        return self._split(deltas[0]) + buffer_deltas, metrics
 
     def evaluate(self, parameters: list[np.ndarray], config: dict[str, Any], context: Context):
         """l_k on client ``partition-id``'s evaluation data."""
         k = int(context.node_config["partition-id"])
         eng = self.engine
         flat = self._flat(parameters)
+        buffers = self._buffers(parameters)
         if not self.pooled_losses:
-            return float(eng.client_losses(flat, np.array([k]))[0]), int(eng.eval_sizes[k])
-        key = hashlib.sha1(flat.numpy().tobytes()).digest()
+            return float(eng.client_losses(flat, np.array([k]), buffers)[0]), int(eng.eval_sizes[k])
+        digest = hashlib.sha1(flat.numpy().tobytes())
+        for b in (buffers or {}).values():
+            digest.update(b.numpy().tobytes())
+        key = digest.digest()
         if self._pooled is None or self._pooled[0] != key:
-            self._pooled = (key, eng.client_losses(flat, None))
+            self._pooled = (key, eng.client_losses(flat, None, buffers))
         return float(self._pooled[1][k]), int(eng.eval_sizes[k])
 
     def client_app(self) -> ClientApp:
@@ -165,8 +220,9 @@ class FederationClients:
         """A centralised evaluation for ``Strategy.start``: test loss and accuracy of the global model."""
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-            flat = self._flat([arrays[n].numpy() for n in self.engine.names])
-            loss, acc = self.engine.test(flat)
+            eng = self.engine
+            values = [arrays[n].numpy() for n in [*eng.names, *eng.buffers]]
+            loss, acc = eng.test(self._flat(values), self._buffers(values))
             return MetricRecord({"test-loss": loss, "test-accuracy": acc})
 
         return evaluate

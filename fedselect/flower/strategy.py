@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from numbers import Integral, Real
@@ -19,7 +19,7 @@ from flwr.serverapp.strategy import FedAvg, Result, Strategy
 from flwr.supercore import log
 from sklearn.base import clone
 
-from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
+from .._validation import InstanceOf, Interval, Predicate, StrOptions, validate_parameters
 from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
 from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 from . import _protocol as P
@@ -100,31 +100,39 @@ class FlowerOracle(ClientOracle):
     then held by the server, so a client chosen later in the round is not trained again
     (only its loss on ``w^t`` is asked, as every reporter's is).
 
+    With buffers (``SelectorStrategy(buffers=...)``) the server also keeps each trained
+    client's ``b_k - b^t``; the trial model of ``trial`` carries the trial clients' buffers
+    averaged with the trial's weights (:func:`_aggregate_buffers`), and no answer to the
+    selector holds a buffer: updates and parameters have the model's D parameters only.
+
     Clients without a live node are failed from the start of the round: questions about
     them answer NaN without a message. A reply that cannot be used (no finite ``loss``, no
     update, non-integer counts) fails its client for the round, like a timeout.
     """
 
     def __init__(self, strategy: SelectorStrategy, grid: Grid, ledger: RoundLedger, theta: np.ndarray,
-                 config: ConfigRecord) -> None:
+                 config: ConfigRecord, buffers: Mapping[str, np.ndarray] | None = None) -> None:
         self._st = strategy
         self._grid = grid
         self._led = ledger
         self._theta = theta
+        self._buffers = dict(buffers or {})  # the global buffers b^t, by name (empty: a model without)
+        self._buffer_deltas: dict[int, dict[str, np.ndarray]] = {}  # b_k - b^t of each trained client
         self._config = config
         self.n_clients = ledger.n_clients
         self.round = ledger.round
 
     # -- plumbing -------------------------------------------------------------------
     def _content(
-        self, k: int, newly_sent: set[int], extra: dict[str, Any], model: np.ndarray | None = None
+        self, k: int, newly_sent: set[int], extra: dict[str, Any],
+        model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
     ) -> RecordDict:
         cfg = ConfigRecord(dict(self._config))
         cfg[P.ROUND] = int(self.round)
         cfg.update(extra)
         if model is not None:
             cfg[P.MODEL_KIND] = "trial"
-            return RecordDict({"arrays": self._st._layout.record(model), "config": cfg})
+            return RecordDict({"arrays": self._st._layout.record(*model), "config": cfg})
         cfg[P.MODEL_KIND] = "global"
         if k in newly_sent:
             return RecordDict({"arrays": self._st._global_record, "config": cfg})
@@ -132,7 +140,7 @@ class FlowerOracle(ClientOracle):
         return RecordDict({"config": cfg})
 
     def _ask(self, ids: np.ndarray, message_type: str, kind: str, extra: dict[str, Any],
-             model: np.ndarray | None = None) -> tuple[dict[int, RecordDict], int]:
+             model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None) -> tuple[dict[int, RecordDict], int]:
         """Send one message per id; return the content of each reply by client id, and the messages sent.
 
         Ids that time out or answer with an error are marked failed on the ledger. The
@@ -161,9 +169,12 @@ class FlowerOracle(ClientOracle):
         out = {}
         for k, content in got.items():
             try:
-                out[k] = self._st._parse_update(content)
+                delta, steps, grads, buffer_deltas = self._st._parse_update(content)
             except (KeyError, TypeError, ValueError) as exc:
                 _reject(self._led, k, "update", exc)
+                continue
+            out[k] = (delta, steps, grads)
+            self._buffer_deltas[k] = buffer_deltas
         return out
 
     def _loss_replies(self, ids: np.ndarray, got: dict[int, RecordDict]) -> tuple[list[int], list[float], int]:
@@ -206,8 +217,10 @@ class FlowerOracle(ClientOracle):
         led.upload(alive)
         w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
         theta_trial = _apply(self._theta, np.stack([np.asarray(led.update(int(k))) for k in alive]), w)
+        buffers_trial = self.aggregated_buffers(alive, w)
         everyone = led.alive(np.arange(self.n_clients))
-        answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=theta_trial)
+        answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"},
+                                    model=(theta_trial, buffers_trial))
         ok, values, evaluated = self._loss_replies(everyone, answers)
         after = np.full(self.n_clients, np.nan)
         after[ok] = values
@@ -258,6 +271,44 @@ class FlowerOracle(ClientOracle):
     def global_parameters(self) -> np.ndarray:
         return self._theta.copy()
 
+    def aggregated_buffers(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """The global buffers after averaging trained clients ``ids`` with ``weights`` (:func:`_aggregate_buffers`)."""
+        if not self._buffers:
+            return {}
+        return _aggregate_buffers(self._buffers, [self._buffer_deltas[int(k)] for k in ids], weights)
+
+
+def _aggregate_buffers(buffers: Mapping[str, np.ndarray], deltas: Sequence[Mapping[str, np.ndarray]],
+                       weights: Any) -> dict[str, np.ndarray]:
+    """The global buffers after a round, from the clients' reported differences ``b_k - b^t``.
+
+    :func:`fedselect.simulation.engine.aggregate_buffers` written on the differences the clients
+    send: with a_k the weights the parameters are aggregated with,
+    ``b^{t+1} = b^t + sum_k (a_k / sum_j a_j) (b_k - b^t)`` in the buffer's dtype for
+    floating-point buffers, ``b^t + round(sum_k ...)`` (in float64) for integer ones, and
+    ``b^t`` for boolean ones; all-zero weights leave the buffers unchanged. The operations and
+    their order are that function's (it computes ``b_k - b^t`` first, which here the client
+    did), so the result is the simulator's to the last bit.
+    """
+    w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
+    total = float(w.sum()) if w.numel() else 0.0
+    if not buffers or total <= 0 or not len(deltas):
+        return dict(buffers)
+    w = w / total
+    out: dict[str, np.ndarray] = {}
+    for name, value in buffers.items():
+        b = torch.as_tensor(np.array(value))
+        shape = (-1,) + (1,) * b.dim()
+        if b.dtype == torch.bool:  # a mask: no mean exists; the global one stays
+            out[name] = np.array(value)
+            continue
+        d = torch.as_tensor(np.stack([np.asarray(x[name]) for x in deltas]))
+        if b.is_floating_point():
+            out[name] = (b + (w.to(b.dtype).view(shape) * d.to(b.dtype)).sum(0)).numpy()
+        else:
+            out[name] = (b + torch.round((w.view(shape) * d.double()).sum(0)).to(b.dtype)).numpy()
+    return out
+
 
 def _apply(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """theta + sum_k w_k delta_k in float32, with the simulator's exact arithmetic."""
@@ -265,6 +316,13 @@ def _apply(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) -> np.nda
     d = torch.from_numpy(np.ascontiguousarray(deltas, dtype=np.float32))
     w = torch.from_numpy(np.asarray(weights, dtype=np.float32))
     return (t + (w.unsqueeze(1) * d).sum(0)).numpy()
+
+
+def _is_names(value: Any) -> bool:
+    """A sequence (not a string) of distinct strings."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return False
+    return all(isinstance(v, str) for v in value) and len(set(value)) == len(value)
 
 
 class _BadReply(ValueError):
@@ -332,7 +390,12 @@ class SelectorStrategy(Strategy):
        chosen clients did not report) when it carries weights, else by
        ``aggregation`` (the simulator's rules, float32 torch arithmetic identical to
        :class:`fedselect.FederatedTrainer`), else by ``inner``'s ``aggregate_train`` on the
-       local models ``w^t + delta``;
+       local models ``w^t + delta``; buffers named in ``buffers`` (batch norm statistics) are
+       not added up but averaged: ``b^{t+1} = b^t + sum_k a_k (b_k - b^t)`` with the
+       parameters' weights a_k normalised to sum 1 (integer buffers rounded, boolean ones
+       kept), from the differences the clients report in their update, as the simulator
+       does (:func:`fedselect.simulation.engine.aggregate_buffers`; the trial model of
+       ``oracle.trial`` too);
     5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
        reported; evaluation is ``inner``'s.
 
@@ -377,6 +440,19 @@ class SelectorStrategy(Strategy):
         Weights a selection carries, when some chosen clients do not report: rescaled to
         keep their total or kept as given, as in the simulator
         (:func:`fedselect.ledger.reporter_weights`).
+    buffers : sequence of str, default ()
+        The arrays of the model's ``ArrayRecord`` that are buffers, not parameters: batch
+        norm's ``running_mean``, ``running_var`` and ``num_batches_tracked`` (e.g.
+        :attr:`FederationClients.buffer_names <fedselect.flower.FederationClients.buffer_names>`,
+        or the names of ``module.named_buffers()``). Each client trains its own copy from the
+        global buffers and reports ``b_k - b^t`` in its update, in the buffer's dtype; the
+        server averages them as step 4 says. Buffers are not part of the parameter vector the
+        selector sees (``oracle.local_updates``, ``oracle.global_parameters``, the feedback's
+        ``updates`` and ``global_before``/``global_after`` have the D parameters only). Every
+        name must be an array of the initial model (:meth:`start` checks it before any
+        message). With ``aggregation=None`` the buffers are averaged with FedAvg's weights
+        (n_k times the selection count), whatever ``inner`` does with the parameters. Default:
+        no buffers (every array is a parameter and must be floating-point).
 
     Raises
     ------
@@ -384,6 +460,10 @@ class SelectorStrategy(Strategy):
         (a ValueError and a TypeError) at construction for a parameter outside the
         declared ``_parameter_constraints``, naming it; :meth:`start` checks them again
         and resolves and validates the selector before sending any message.
+    ValueError
+        From :meth:`start`, before any message, when ``buffers`` names an array the initial
+        model does not hold (naming them); TypeError when an array not named in ``buffers``
+        is not floating-point.
 
     Attributes
     ----------
@@ -406,6 +486,8 @@ class SelectorStrategy(Strategy):
         "connect_timeout": [Interval(Real, 0, None, closed="neither")],
         "random_state": [None, Interval(Integral, 0, 2**32 - 1, closed="both")],
         "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
+        "buffers": [Predicate(_is_names, "a sequence of distinct array names (str), e.g. ('bn.running_mean',)",
+                              examples=["bn.running_mean", [3], ("a", "a"), None])],
     }
 
     def _params(self) -> dict[str, Any]:
@@ -424,6 +506,7 @@ class SelectorStrategy(Strategy):
         connect_timeout: float = 120.0,
         random_state: int | None = None,
         partial_weights: str = "rescale",
+        buffers: Sequence[str] = (),
     ) -> None:
         self.selector = selector
         self.inner = inner
@@ -435,6 +518,7 @@ class SelectorStrategy(Strategy):
         self.connect_timeout = connect_timeout
         self.random_state = random_state
         self.partial_weights = partial_weights
+        self.buffers = buffers
         validate_parameters(self, self._params(), self._parameter_constraints)
         self._inner = inner if inner is not None else FedAvg(fraction_evaluate=0.0, min_available_nodes=1)
         self._node_of: dict[int, int] = {}
@@ -449,6 +533,8 @@ class SelectorStrategy(Strategy):
     def summary(self) -> None:
         log(INFO, "\t├──> fedselect selector: %r", self.selector)
         log(INFO, "\t├──> clients per round: %d, aggregation: %s", self.clients_per_round, self.aggregation or "inner")
+        if self.buffers:
+            log(INFO, "\t├──> buffers (averaged): %s", ", ".join(self.buffers))
         log(INFO, "\t└──> timeouts: query %.1fs, train %.1fs", self.query_timeout, self.train_timeout)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -466,6 +552,7 @@ class SelectorStrategy(Strategy):
         led = RoundLedger(N, t, unavailable=unavailable)
         self._global_record = arrays
         theta = self._layout.flatten(arrays, "global model")
+        buffers = self._layout.buffers(arrays, "global model")
         n = int(self.clients_per_round)
         if len(live) < n:
             if not live:
@@ -476,7 +563,7 @@ class SelectorStrategy(Strategy):
             )
             n = len(live)
         n = min(n, N)
-        oracle = FlowerOracle(self, grid, led, theta, config)
+        oracle = FlowerOracle(self, grid, led, theta, config, buffers)
         sel = self.selector_
         raw = sel.select(n, round=t, oracle=oracle)
         selection = raw.validated(N, n, variable_size=bool(sel.variable_size), source=type(sel).__name__)
@@ -527,7 +614,7 @@ class SelectorStrategy(Strategy):
             if content is None or led.is_failed(k):
                 continue
             try:
-                delta, s, g = self._parse_update(content)
+                delta, s, g, buffer_deltas = self._parse_update(content)
                 loss = _parse_loss(content) if k in st["need_loss"] else None
             except (KeyError, TypeError, ValueError) as exc:
                 _reject(led, k, "train", exc)
@@ -538,6 +625,7 @@ class SelectorStrategy(Strategy):
                 evaluated += loss[1]
             ok.append(k)
             updates.append(delta)
+            st["oracle"]._buffer_deltas[k] = buffer_deltas
             steps += s
             grads += g
         missing = [k for k in st["todo"].tolist() if k not in ok and not led.is_failed(k)]
@@ -578,8 +666,8 @@ class SelectorStrategy(Strategy):
             counts = selection.counts[keep] if selection.counts is not None else np.ones(reported.size)
             fake = []
             for k, d, c in zip(reported.tolist(), stacked, counts):
-                content = RecordDict({
-                    "arrays": self._layout.record(theta + d),
+                content = RecordDict({  # the parameters only: buffers are averaged below, not by inner
+                    "arrays": self._layout.record(theta + d, parameters_only=True),
                     "metrics": MetricRecord({P.NUM_EXAMPLES: int(self._n_samples[k] * c)}),
                 })
                 fake.append(Message(content, self._node_of.get(k, 0), P.TRAIN, group_id=str(server_round)))
@@ -592,6 +680,7 @@ class SelectorStrategy(Strategy):
             weights = w / w.sum()
         if not np.all(np.isfinite(new_theta)):
             raise FloatingPointError(f"SelectorStrategy: the global model became NaN/inf in round {t}")
+        new_buffers = st["oracle"].aggregated_buffers(reported, weights)
         record.weights = [float(w) for w in weights]
         needs = self.selector_.needs
         feedback = RoundFeedback(
@@ -611,7 +700,7 @@ class SelectorStrategy(Strategy):
             "fedselect-failed": len(record.failed),
             "fedselect-train-loss-before": float(np.average(feedback.losses, weights=n_k)),
         })
-        return self._layout.record(new_theta), metrics
+        return self._layout.record(new_theta, new_buffers), metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -639,6 +728,7 @@ class SelectorStrategy(Strategy):
         # name or a bad selector parameter fails here, before any message is sent.
         validate_parameters(self, self._params(), self._parameter_constraints)
         self._resolved_selector()
+        P.ModelLayout(initial_arrays, self.buffers)  # unknown buffer names, non-float parameters
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
         result = Result()
@@ -674,7 +764,7 @@ class SelectorStrategy(Strategy):
 
     # -- nodes ------------------------------------------------------------------------
     def _setup(self, grid: Grid, arrays: ArrayRecord) -> None:
-        self._layout = P.ModelLayout(arrays)
+        self._layout = P.ModelLayout(arrays, self.buffers)
         started = time.monotonic()
         deadline = started + float(self.connect_timeout)
         next_note = started + 10.0
@@ -797,16 +887,21 @@ class SelectorStrategy(Strategy):
             out[k] = msg.content
         return out
 
-    def _parse_update(self, content: RecordDict) -> tuple[np.ndarray, int, int]:
-        """(delta, local steps, sample gradients) of an update reply; ValueError/TypeError if unusable."""
+    def _parse_update(self, content: RecordDict) -> tuple[np.ndarray, int, int, dict[str, np.ndarray]]:
+        """(delta, local steps, sample gradients, buffer differences) of an update reply; ValueError/TypeError
+        if unusable."""
         record = content.array_records.get("update")
         if record is None:
             raise _BadReply("the reply has no 'update' arrays")
         delta = self._layout.flatten(record, "update")
         if not np.all(np.isfinite(delta)):
             raise _BadReply("the update holds NaN or inf")
+        buffer_deltas = self._layout.buffer_deltas(record)
+        if not all(np.all(np.isfinite(d)) for d in buffer_deltas.values() if d.dtype != np.bool_):
+            raise _BadReply("a buffer's update holds NaN or inf")
         m = _reply_metrics(content)
-        return delta, _metric_int(m, P.STEPS, default=0), _metric_int(m, P.SAMPLE_GRADIENTS, default=0)
+        steps = _metric_int(m, P.STEPS, default=0)
+        return delta, steps, _metric_int(m, P.SAMPLE_GRADIENTS, default=0), buffer_deltas
 
     def _rule_weights(self, selection: Selection) -> np.ndarray:
         counts = selection.counts if selection.counts is not None else np.ones(len(selection))
