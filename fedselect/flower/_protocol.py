@@ -135,7 +135,13 @@ class ModelLayout:
         return out
 
     def buffer_deltas(self, update: ArrayRecord) -> dict[str, np.ndarray]:
-        """A client's ``b_k - b^t`` by buffer from its ``"update"``; floating-point ones in the buffer's dtype."""
+        """A client's ``b_k - b^t`` by buffer from its ``"update"``.
+
+        Floating-point buffers' differences come back in the buffer's dtype, integer ones as
+        int64 and boolean ones as booleans. ValueError (the client's reply is then rejected) for
+        a missing buffer, a wrong shape, a fractional or non-finite difference of an integer
+        buffer, or a non-0/1 difference of a boolean one.
+        """
         missing = [k for k in self.buffer_keys if k not in update]
         if missing:
             raise ValueError(f"fedselect.flower: the update lacks buffer(s) {missing[:3]} of the global model")
@@ -147,8 +153,25 @@ class ModelLayout:
                     f"fedselect.flower: buffer {key!r} of the update has shape {arr.shape}; "
                     f"expected {self.buffer_shapes[key]}"
                 )
-            if np.issubdtype(self.buffer_dtypes[key], np.floating):
-                arr = arr.astype(self.buffer_dtypes[key], copy=False)
+            dtype = self.buffer_dtypes[key]
+            if np.issubdtype(dtype, np.floating):
+                arr = arr.astype(dtype, copy=False)
+            elif dtype == np.bool_:
+                # A boolean buffer's "difference" is new != old: booleans (or 0/1) only.
+                if arr.dtype != np.bool_ and not (np.issubdtype(arr.dtype, np.number)
+                                                  and np.all((arr == 0) | (arr == 1))):
+                    raise ValueError(f"fedselect.flower: boolean buffer {key!r} got a difference of dtype "
+                                     f"{arr.dtype} that is not boolean (0/1)")
+                arr = arr.astype(np.bool_, copy=False)
+            else:
+                # An integer buffer (a count) changes by whole numbers; a fractional or non-finite
+                # difference is a broken client, not something to round away.
+                if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+                    if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) \
+                            or not np.all(arr == np.round(arr)):
+                        raise ValueError(f"fedselect.flower: integer buffer {key!r} ({dtype}) got a difference "
+                                         f"of dtype {arr.dtype} that is not a whole number")
+                arr = arr.astype(np.int64, copy=False)
             out[key] = arr
         return out
 

@@ -12,7 +12,7 @@ from flwr.app import Array, ArrayRecord, Context, MetricRecord
 from flwr.clientapp import ClientApp
 
 from ..simulation.engine import Engine, LocalSchedule
-from ..simulation.models import build_model
+from ..simulation.trainer import build_initial_model, check_single_sample_batches
 from . import _protocol as P
 from .client import make_client_app
 
@@ -38,8 +38,9 @@ class FederationClients:
     model, model_params, local_steps, local_epochs, batch_size, lr, weight_decay, prox_mu, random_state
         As in :class:`fedselect.FederatedTrainer` (a constant learning rate; ``lr`` may be
         overridden per round by the train config key ``"lr"``). ``model`` is a registered
-        name, a ``torch.nn.Module`` (used as given) or a builder
-        ``model(input_shape, n_outputs, **model_params)`` built under ``random_state``.
+        name or a builder, called as ``model(input_shape, n_outputs, **model_params)`` under
+        ``random_state``, or a ``torch.nn.Module`` used as given (``model_params`` is then
+        refused, as by the trainer).
     pooled_losses : bool, default False
         Measure l_k as the simulator does when it asks every client at once: one forward
         pass over the whole federation's evaluation data, row k (cached per model within a
@@ -114,16 +115,17 @@ class FederationClients:
         if self._engine is None:
             fed = self.federation
             torch.manual_seed(int(self.seeds[2]))
-            model = self.model
-            if isinstance(model, (str, torch.nn.Module)):
-                module = build_model(model, fed.input_shape, fed.n_classes, **self.model_params)
-            else:  # a builder, as FederatedTrainer calls it
-                module = model(tuple(fed.input_shape), int(getattr(fed, "n_outputs", fed.n_classes)),
-                               **self.model_params)
-                if not isinstance(module, torch.nn.Module):
-                    raise TypeError(f"FederationClients: model={model!r} returned {type(module).__name__}, not a "
-                                    "torch.nn.Module; a builder is called as model(input_shape, n_outputs, **params)")
-            self._engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
+            module = build_initial_model(self.model, self.model_params, fed, owner="FederationClients")
+            try:
+                engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
+            except ValueError as exc:
+                raise ValueError(f"FederationClients: {exc}") from exc
+            # The simulator's check: a batch norm that cannot normalise one sample would make every
+            # client with a one-sample minibatch fail inside Flower; say so here, where the server
+            # builds the initial model, before any message is sent.
+            check_single_sample_batches(engine, fed.n_train_samples, self.schedule.batch_size,
+                                        self.schedule.steps, owner="FederationClients")
+            self._engine = engine
         return self._engine
 
     @property
@@ -158,6 +160,14 @@ class FederationClients:
 
         Buffers keep their dtype (batch norm's ``num_batches_tracked`` is int64); name them to
         the strategy with ``SelectorStrategy(buffers=clients.buffer_names)``.
+
+        Raises
+        ------
+        ValueError
+            When the model cannot run on the federation's data, or has a batch norm layer that
+            cannot normalise one sample while the schedule would give some client a
+            one-sample minibatch (the check :class:`fedselect.FederatedTrainer` makes); this
+            is raised here, on the server, before any client trains.
         """
         eng = self.engine
         flat = eng.initial_parameters()

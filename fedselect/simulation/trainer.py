@@ -858,42 +858,12 @@ class FederatedTrainer(BaseEstimator):
 
     def _build_model(self, fed: Any) -> torch.nn.Module:
         """The initial global model: a module as given, or a name or builder built (under the model seed)."""
-        model, params = self.model, dict(self.model_params or {})
-        n_out = int(getattr(fed, "n_outputs", fed.n_classes))
-        if isinstance(model, torch.nn.Module):
-            if params:
-                raise ValueError(f"FederatedTrainer: model_params={params!r} cannot apply to a module instance; "
-                                 "pass the module's builder (class or function) to have them used")
-            return model
-        if isinstance(model, str):
-            return build_model(model, fed.input_shape, n_out, **params)
-        built = model(tuple(fed.input_shape), n_out, **params)
-        if not isinstance(built, torch.nn.Module):
-            raise TypeError(f"FederatedTrainer: model={model!r} returned {type(built).__name__}, not a "
-                            "torch.nn.Module; a model builder is called as "
-                            "model(input_shape, n_outputs, **model_params)")
-        return built
+        return build_initial_model(self.model, self.model_params, fed, owner="FederatedTrainer")
 
     def _check_batches(self, fed: Any) -> None:
         """Refuse, before training, a schedule that gives a client a minibatch its batch norm cannot normalise."""
-        if self._engine.min_batch_size < 2:
-            return
-        n = fed.n_train_samples
-        b = int(self.batch_size)
-        if self.local_steps is not None:
-            bad = np.flatnonzero(np.minimum(b, n) == 1)
-        else:
-            bad = np.flatnonzero((n == 1) | (b == 1) | (n % b == 1))
-        if bad.size:
-            raise ValueError(
-                f"FederatedTrainer: the model has a batch norm layer that cannot normalise a single sample in "
-                f"training mode, and with batch_size={b} and "
-                f"{'local steps' if self.local_steps is not None else 'whole local epochs'} client(s) "
-                f"{bad[:10].tolist()}{' ...' if bad.size > 10 else ''} (training sizes {n[bad[:10]].tolist()}) would "
-                "train on a one-sample minibatch; choose a batch_size that leaves no last batch of one sample "
-                "(n_k % batch_size != 1), use local_steps (full batches of min(batch_size, n_k)), give every client "
-                "at least 2 samples, or use a normalisation that works per sample (nn.GroupNorm, nn.LayerNorm)"
-            )
+        check_single_sample_batches(self._engine, fed.n_train_samples, self.batch_size, self.local_steps,
+                                    owner="FederatedTrainer")
 
     def _dropout_seed(self, round: int, purpose: str) -> int:
         tag = {"main": 0, "trial": 1}.get(purpose, 2)
@@ -1224,3 +1194,61 @@ def _plain(d: Mapping[str, Any]) -> dict[str, Any]:
             out[k] = repr(v)
     return out
 
+
+def build_initial_model(model: Any, model_params: Mapping[str, Any] | None, fed: Any, *,
+                        owner: str) -> torch.nn.Module:
+    """The initial global model, as :class:`FederatedTrainer` and the Flower clients build it.
+
+    A ``torch.nn.Module`` is used as given (``model_params`` must then be empty); a
+    registered name or a builder is called as ``model(input_shape, n_outputs, **model_params)``,
+    ``n_outputs`` being the federation's ``n_outputs`` (its ``n_classes`` when it has none).
+    The caller seeds torch first, so the initial weights are reproducible.
+    """
+    params = dict(model_params or {})
+    n_out = int(getattr(fed, "n_outputs", fed.n_classes))
+    if isinstance(model, torch.nn.Module):
+        if params:
+            raise ValueError(f"{owner}: model_params={params!r} cannot apply to a module instance; "
+                             "pass the module's builder (class or function) to have them used")
+        return model
+    if isinstance(model, str):
+        return build_model(model, fed.input_shape, n_out, **params)
+    built = model(tuple(fed.input_shape), n_out, **params)
+    if not isinstance(built, torch.nn.Module):
+        raise TypeError(f"{owner}: model={model!r} returned {type(built).__name__}, not a "
+                        "torch.nn.Module; a model builder is called as "
+                        "model(input_shape, n_outputs, **model_params)")
+    return built
+
+
+def check_single_sample_batches(engine: Engine, n_train_samples: np.ndarray, batch_size: int,
+                                local_steps: int | None, *, owner: str) -> None:
+    """Refuse a schedule that would give some client a one-sample minibatch its batch norm cannot normalise.
+
+    With ``local_steps`` a client trains on batches of ``min(batch_size, n_k)`` samples; with
+    whole epochs the last batch of a pass holds ``n_k % batch_size`` samples. Either is a
+    problem only when ``engine.min_batch_size`` is 2 (batch norm over flat features).
+
+    Raises
+    ------
+    ValueError
+        Naming the clients, their sizes and the ways out.
+    """
+    if engine.min_batch_size < 2:
+        return
+    n = np.asarray(n_train_samples)
+    b = int(batch_size)
+    if local_steps is not None:
+        bad = np.flatnonzero(np.minimum(b, n) == 1)
+    else:
+        bad = np.flatnonzero((n == 1) | (b == 1) | (n % b == 1))
+    if bad.size:
+        raise ValueError(
+            f"{owner}: the model has a batch norm layer that cannot normalise a single sample in "
+            f"training mode, and with batch_size={b} and "
+            f"{'local steps' if local_steps is not None else 'whole local epochs'} client(s) "
+            f"{bad[:10].tolist()}{' ...' if bad.size > 10 else ''} (training sizes {n[bad[:10]].tolist()}) would "
+            "train on a one-sample minibatch; choose a batch_size that leaves no last batch of one sample "
+            "(n_k % batch_size != 1), use local_steps (full batches of min(batch_size, n_k)), give every client "
+            "at least 2 samples, or use a normalisation that works per sample (nn.GroupNorm, nn.LayerNorm)"
+        )

@@ -217,3 +217,101 @@ def test_int_and_bool_buffers_survive_the_round_trip():
     assert list(back.keys()) == ["w", "n", "m"]
     assert back["n"].numpy().dtype == np.int64 and back["n"].numpy().shape == () and int(back["n"].numpy()) == 4
     assert back["m"].numpy().tolist() == [True, False]
+
+
+def test_integer_buffers_take_the_rounded_mean_half_to_even():
+    """num_batches_tracked: b^t + round(mean difference), rounding halves to even as the simulator does (1.5 -> 2,
+    2.5 -> 2), never truncating or rounding halves up."""
+    b = {"count": np.array(10, np.int64)}
+    for diffs, want in [((1, 2), 12), ((2, 3), 12), ((3, 4), 14), ((0, 1), 10)]:
+        deltas = [{"count": np.array(d, np.int64)} for d in diffs]
+        got = _aggregate_buffers(b, deltas, [1.0, 1.0])
+        sim = aggregate_buffers({"count": torch.tensor(10)}, {"count": torch.tensor([10 + d for d in diffs])},
+                                [1.0, 1.0])
+        assert int(got["count"]) == int(sim["count"]) == want, diffs
+
+
+def test_buffers_with_the_inner_strategys_aggregation(fed8):
+    """aggregation=None (the inner FedAvg aggregates the parameters): the buffers are the n_k-weighted mean of the
+    reporters' own, as the simulator's data-size rule gives them."""
+    rounds, seed = 2, 3
+    clients = FederationClients(fed8, random_state=seed, **TRAIN_BN)
+    grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=2)
+    strategy = SelectorStrategy("random", clients_per_round=3, random_state=seed, buffers=clients.buffer_names)
+    assert strategy.aggregation is None
+    models = {}
+    strategy.start(grid, clients.initial_arrays(), num_rounds=rounds,
+                   evaluate_fn=lambda r, arrays: models.__setitem__(r, arrays))
+    for t, record in enumerate(strategy.rounds_):
+        assert record.reported == record.clients
+        _, client_bufs, b_t = _alone(clients, models[t], t, record.reported)
+        n_k = fed8.n_samples[record.reported].astype(float)
+        np.testing.assert_allclose(record.weights, n_k / n_k.sum())
+        _assert_same_bits(_buffers_of(models[t + 1]), aggregate_buffers(b_t, client_bufs, n_k / n_k.sum()))
+        assert int(models[t + 1]["2.num_batches_tracked"].numpy()) == 3 * (t + 1)
+
+
+def test_a_broken_buffer_difference_is_refused():
+    from flwr.app import Array, ArrayRecord
+
+    record = ArrayRecord(array_dict={"w": Array(np.ones(2, np.float32)), "n": Array(np.array(4, np.int64)),
+                                     "m": Array(np.array([True, False]))})
+    layout = P.ModelLayout(record, ["n", "m"])
+
+    def update(n, m):
+        return ArrayRecord(array_dict={"w": Array(np.zeros(2, np.float32)), "n": Array(np.asarray(n)),
+                                       "m": Array(np.asarray(m))})
+
+    ok = layout.buffer_deltas(update(np.float64(3.0), np.array([1, 0], np.int8)))
+    assert ok["n"].dtype == np.int64 and int(ok["n"]) == 3 and ok["m"].tolist() == [True, False]
+    with pytest.raises(ValueError, match=r"integer buffer 'n' \(int64\).*not a whole number"):
+        layout.buffer_deltas(update(np.float64(2.5), np.array([True, False])))
+    with pytest.raises(ValueError, match=r"integer buffer 'n'"):
+        layout.buffer_deltas(update(np.float64(np.nan), np.array([True, False])))
+    with pytest.raises(ValueError, match=r"boolean buffer 'm'.*not boolean"):
+        layout.buffer_deltas(update(np.int64(1), np.array([0.5, 0.0], np.float32)))
+
+
+def test_a_client_with_a_broken_buffer_difference_fails_its_round(fed8):
+    """A reply whose count moved by a fraction is rejected: the client counts as failed, the others aggregate."""
+    clients = FederationClients(fed8, random_state=1, **TRAIN_BN)
+
+    def train(parameters, config, context):
+        arrays, metrics = clients.train(parameters, config, context)
+        if int(context.node_config["partition-id"]) % 2 == 0:
+            arrays[-1] = np.asarray(arrays[-1], dtype=np.float64) + 0.5
+        return arrays, metrics
+
+    from fedselect.flower import make_client_app
+
+    app = make_client_app(train, clients.evaluate, train_returns="update",
+                          num_examples=lambda ctx: clients.n_samples(int(ctx.node_config["partition-id"])))
+    strategy = SelectorStrategy("random", clients_per_round=4, random_state=1, buffers=clients.buffer_names)
+    strategy.start(LocalGrid(app, fed8.n_clients, seed=1), clients.initial_arrays(), num_rounds=2)
+    assert any(k % 2 == 0 for r in strategy.rounds_ for k in r.clients)
+    for record in strategy.rounds_:
+        assert set(record.failed) >= {k for k in record.clients if k % 2 == 0}
+        assert record.reported == [k for k in record.clients if k % 2 == 1]
+
+
+def test_a_single_sample_minibatch_is_refused_on_the_server_before_training(fed8):
+    """The trainer's batch-norm check, made where the server builds the initial model: batch_size=1, or whole epochs
+    leaving a last batch of one sample, would make every client fail inside Flower."""
+    with pytest.raises(ValueError, match=r"FederationClients: the model has a batch norm layer.*batch_size=1"):
+        FederationClients(fed8, model=bn_mlp, local_steps=3, batch_size=1).initial_arrays()
+    n = int(fed8.n_train_samples[0])
+    with pytest.raises(ValueError, match=r"FederationClients: .*whole local epochs client\(s\) \[0"):
+        FederationClients(fed8, model=bn_mlp, local_epochs=1, batch_size=n - 1).initial_arrays()
+    with pytest.raises(ValueError, match=r"FederatedTrainer: .*whole local epochs client\(s\) \[0"):
+        FederatedTrainer(selector="random", model=bn_mlp, local_epochs=1, batch_size=n - 1, rounds=1,
+                         clients_per_round=2).fit(fed8)
+    # Without batch norm, the same schedule is fine.
+    FederationClients(fed8, model="mlp", local_steps=3, batch_size=1).initial_arrays()
+
+
+def test_the_model_is_built_as_the_trainer_builds_it(fed8):
+    module = bn_mlp(fed8.input_shape, fed8.n_classes)
+    with pytest.raises(ValueError, match=r"FederationClients: model_params=\{'hidden': 8\} cannot apply to a module"):
+        FederationClients(fed8, model=module, model_params={"hidden": 8}).initial_arrays()
+    with pytest.raises(TypeError, match=r"FederationClients: model=.* returned int, not a torch.nn.Module"):
+        FederationClients(fed8, model=lambda shape, n: 3).initial_arrays()

@@ -230,13 +230,3 @@ def test_resuming_a_batchnorm_run_equals_not_stopping(tmp_path):
     assert resumed.history_ == reference.history_
     for name, value in reference.buffers_.items():
         np.testing.assert_array_equal(resumed.buffers_[name], value)
-
-
-def test_flower_helpers_refuse_models_with_buffers():
-    pytest.importorskip("flwr")
-    from fedselect.flower import FederationClients
-
-    fed = make_federation("digits", n_clients=4, random_state=0)
-    clients = FederationClients(fed, model=bn_mlp(fed.input_shape, 10))
-    with pytest.raises(NotImplementedError, match=r"batch norm statistics.*FederatedTrainer"):
-        _ = clients.engine
