@@ -285,7 +285,8 @@ def _what_was_run(comps: dict, labels: list[str]) -> str:
             parts.append(f"q = {q}: all {len(labels)} rows x seeds {_seed_ranges(next(iter(seeds.values())))} "
                          f"({n} runs)")
         else:
-            rows = ", ".join(f"{label} seeds {_seed_ranges(v)}" for label, v in seeds.items() if v)
+            rows = ", ".join(f"{label} seed{'s' if len(v) > 1 else ''} {_seed_ranges(v)}"
+                             for label, v in seeds.items() if v)
             none = [label for label, v in seeds.items() if not v and label not in comp.failed]
             parts.append(f"q = {q}: {rows}" + (f", not run: {', '.join(none)}" if none else "")
                          + f" ({n} finished runs)")
