@@ -10,7 +10,6 @@ def test_importing_fedselect_does_not_import_flower():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-
 def test_ci_runs_every_test_that_needs_an_optional_package():
     """The first CI stage has no flwr, flwr-datasets or ray; the Flower stage installs them and runs the paths on its
     pytest line. A test elsewhere that skips without one of them would never run: name its file on that line."""

@@ -12,7 +12,7 @@ from flwr.app import Array, ArrayRecord, Context, MetricRecord
 from flwr.clientapp import ClientApp
 
 from ..simulation.engine import Engine, LocalSchedule
-from ..simulation.trainer import build_initial_model, check_single_sample_batches
+from ..simulation.trainer import build_engine
 from . import _protocol as P
 from .client import make_client_app
 
@@ -115,17 +115,11 @@ class FederationClients:
         if self._engine is None:
             fed = self.federation
             torch.manual_seed(int(self.seeds[2]))
-            module = build_initial_model(self.model, self.model_params, fed, owner="FederationClients")
-            try:
-                engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
-            except ValueError as exc:
-                raise ValueError(f"FederationClients: {exc}") from exc
-            # The simulator's check: a batch norm that cannot normalise one sample would make every
-            # client with a one-sample minibatch fail inside Flower; say so here, where the server
-            # builds the initial model, before any message is sent.
-            check_single_sample_batches(engine, fed.n_train_samples, self.schedule.batch_size,
-                                        self.schedule.steps, owner="FederationClients")
-            self._engine = engine
+            # The trainer's start, its checks included: a batch norm that cannot normalise one sample
+            # would make every client with a one-sample minibatch fail inside Flower; this says so
+            # where the server builds the initial model, before any message is sent.
+            self._engine = build_engine(self.model, self.model_params, fed, batch_size=self.schedule.batch_size,
+                                        local_steps=self.schedule.steps, owner="FederationClients")
         return self._engine
 
     @property

@@ -856,15 +856,6 @@ class FederatedTrainer(BaseEstimator):
         total = w.sum()
         return w / total if total > 0 else w
 
-    def _build_model(self, fed: Any) -> torch.nn.Module:
-        """The initial global model: a module as given, or a name or builder built (under the model seed)."""
-        return build_initial_model(self.model, self.model_params, fed, owner="FederatedTrainer")
-
-    def _check_batches(self, fed: Any) -> None:
-        """Refuse, before training, a schedule that gives a client a minibatch its batch norm cannot normalise."""
-        check_single_sample_batches(self._engine, fed.n_train_samples, self.batch_size, self.local_steps,
-                                    owner="FederatedTrainer")
-
     def _dropout_seed(self, round: int, purpose: str) -> int:
         tag = {"main": 0, "trial": 1}.get(purpose, 2)
         return int(np.random.SeedSequence([int(self._seeds[0]), round, tag]).generate_state(1)[0])
@@ -916,12 +907,8 @@ class FederatedTrainer(BaseEstimator):
             torch.set_num_threads(int(self.n_threads))
         try:
             torch.manual_seed(int(self._seeds[2]))
-            module = self._build_model(fed)
-            try:
-                self._engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test, loss=self.loss)
-            except ValueError as exc:
-                raise ValueError(f"FederatedTrainer: {exc}") from exc
-            self._check_batches(fed)
+            self._engine = build_engine(self.model, self.model_params, fed, batch_size=self.batch_size,
+                                        local_steps=self.local_steps, loss=self.loss, owner="FederatedTrainer")
             self._buffers = dict(self._engine.buffers) or None
             selector = self._make_selector()
             selector.fit(fed.client_pool())
@@ -1193,6 +1180,23 @@ def _plain(d: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[k] = repr(v)
     return out
+
+
+def build_engine(model: Any, model_params: Mapping[str, Any] | None, fed: Any, *, batch_size: int,
+                 local_steps: int | None, loss: Any = "cross-entropy", owner: str) -> Engine:
+    """The initial model on ``fed``'s data, as :class:`FederatedTrainer` and the Flower clients start.
+
+    :func:`build_initial_model`, then an :class:`Engine` (whose probe runs the model once, so
+    a model or loss that cannot run fails here, prefixed with ``owner``), then
+    :func:`check_single_sample_batches`. The caller seeds torch first.
+    """
+    module = build_initial_model(model, model_params, fed, owner=owner)
+    try:
+        engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test, loss=loss)
+    except ValueError as exc:
+        raise ValueError(f"{owner}: {exc}") from exc
+    check_single_sample_batches(engine, fed.n_train_samples, batch_size, local_steps, owner=owner)
+    return engine
 
 
 def build_initial_model(model: Any, model_params: Mapping[str, Any] | None, fed: Any, *,
