@@ -80,7 +80,7 @@ def localgrid_run(fed, name, rounds, seed) -> tuple[float, SelectorStrategy]:
     clients = FederationClients(fed, random_state=seed, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed.n_clients, seed=seed)
     st = SelectorStrategy(fedselect.get_selector(name, **SCHEMES[name]), clients_per_round=4,
-                          aggregation="data-size", random_state=seed)
+                          n_clients=fed.n_clients, aggregation="data-size", random_state=seed)
     ends: list[float] = []
     st.start(grid, clients.initial_arrays(), num_rounds=rounds, evaluate_fn=timed_evaluate_fn(clients, ends))
     return per_round(ends), st
@@ -99,7 +99,7 @@ def ray_run(fed, name, rounds, seed) -> tuple[float, float, list[int]]:
     @server.main()
     def main(grid, context):
         st = SelectorStrategy(fedselect.get_selector(name, **SCHEMES[name]), clients_per_round=4,
-                              aggregation="data-size", random_state=seed)
+                              n_clients=fed.n_clients, aggregation="data-size", random_state=seed)
         st.start(grid, clients.initial_arrays(), num_rounds=rounds, evaluate_fn=timed_evaluate_fn(clients, ends))
         out["st"] = st
 

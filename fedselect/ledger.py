@@ -260,6 +260,10 @@ class RoundLedger:
     def trained(self, k: int) -> bool:
         return bool(self._trained[int(k)])
 
+    def answered(self) -> np.ndarray:
+        """Clients whose loss or update has reached the server this round, ascending."""
+        return np.flatnonzero(self._trained | self._has_loss)
+
     def update(self, k: int) -> Any:
         """The update client ``k`` computed from ``w^t`` this round (KeyError if it did not train)."""
         return self._updates[int(k)]

@@ -37,6 +37,8 @@ client per round, as the cost ledger charges it.
 
 from __future__ import annotations
 
+import io
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -67,6 +69,65 @@ SAMPLE_GRADIENTS = "fedselect-sample-gradients"
 
 STATE_MODEL = "fedselect.model"
 STATE_INFO = "fedselect.model-info"
+
+#: the npy header's largest accepted size (numpy's own default bound for np.load)
+_MAX_HEADER = 10_000
+
+
+class BadReply(ValueError):
+    """A client's reply that cannot be used: a wrong layout, a wrong dtype, a non-finite value, too large."""
+
+
+def decode_array(array: Any, shape: tuple[int, ...], kinds: str, what: str) -> np.ndarray:
+    """The array a client sent, decoded only after its npy header matched ``shape`` and ``kinds``.
+
+    Flower's ``Array.numpy()`` hands the bytes to ``np.load``, which allocates what the header
+    claims before reading a byte of data: a 100-byte reply whose header claims a terabyte
+    raises MemoryError on the server. Here the header is parsed on its own
+    (:func:`numpy.lib.format.read_array_header_1_0`, a literal parser), checked against the
+    model's layout (shape, dtype kind, C or Fortran order, no object or structured dtype) and
+    against the number of bytes that follow, and only then viewed with :func:`numpy.frombuffer`
+    (no copy; read-only). ``kinds`` lists the accepted :attr:`numpy.dtype.kind` letters
+    (``"f"``: floating point only). Raises :class:`BadReply` naming ``what`` otherwise.
+    """
+    if not isinstance(array, Array):
+        raise BadReply(f"{what} is a {type(array).__name__}, not an Array")
+    if array.stype != "numpy.ndarray":
+        raise BadReply(f"{what} has serialisation type {array.stype!r}, not 'numpy.ndarray'")
+    data = array.data
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise BadReply(f"{what} carries no bytes")
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            header_shape, fortran, dtype = np.lib.format.read_array_header_1_0(f, max_header_size=_MAX_HEADER)
+        elif version in ((2, 0), (3, 0)):
+            header_shape, fortran, dtype = np.lib.format.read_array_header_2_0(f, max_header_size=_MAX_HEADER)
+        else:
+            raise BadReply(f"{what}: npy format version {version} is not supported")
+    except BadReply:
+        raise
+    except Exception as exc:  # ValueError, SyntaxError, ... from a malformed header
+        raise BadReply(f"{what}: unreadable npy header ({type(exc).__name__}: {exc})") from None
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in kinds:
+        allowed = {"f": "floating", "i": "signed integer", "u": "unsigned integer", "b": "boolean"}
+        raise BadReply(f"{what} has dtype {dtype}; expected {' or '.join(allowed.get(k, k) for k in kinds)}")
+    if tuple(header_shape) != tuple(shape):
+        raise BadReply(f"{what} has shape {tuple(header_shape)}; expected {tuple(shape)}")
+    count = math.prod(shape)
+    offset = f.tell()
+    if len(data) - offset != count * dtype.itemsize:
+        raise BadReply(f"{what}: {len(data) - offset} data bytes for a {dtype} array of shape {tuple(shape)} "
+                       f"({count * dtype.itemsize} expected)")
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    return flat.reshape(shape, order="F" if fortran else "C")
+
+
+def record_nbytes(record: Any) -> int:
+    """The bytes an ``ArrayRecord`` carries (its arrays' serialised data), without decoding any."""
+    return sum(len(a.data) if isinstance(a, Array) and isinstance(a.data, bytes | bytearray) else 0
+               for a in record.values())
 
 
 class ModelLayout:
@@ -102,36 +163,47 @@ class ModelLayout:
         self.size = int(sum(self.sizes))
         self.buffer_shapes = {k: record[k].numpy().shape for k in self.buffer_keys}
         self.buffer_dtypes = {k: record[k].numpy().dtype for k in self.buffer_keys}
+        self._all = set(self.all_keys)
+        self._nbytes = int(sum(a.nbytes for a in arrays)) + int(sum(
+            math.prod(self.buffer_shapes[k]) * self.buffer_dtypes[k].itemsize for k in self.buffer_keys))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the model's arrays (parameters and buffers) in their own dtypes."""
+        return self._nbytes
+
+    def check_names(self, record: ArrayRecord, what: str) -> None:
+        """BadReply if ``record`` holds an array the model does not have (names are checked before decoding)."""
+        unknown = [k for k in record.keys() if k not in self._all]
+        if unknown:
+            raise BadReply(f"fedselect.flower: the {what} holds array(s) {unknown[:3]} the model does not have")
 
     def flatten(self, record: ArrayRecord, what: str = "model") -> np.ndarray:
-        """The parameter arrays of ``record`` concatenated in the layout's key order, as float32."""
+        """The parameter arrays of ``record`` concatenated in the layout's key order, as float32.
+
+        Every array is decoded by :func:`decode_array`: its header must give the layout's shape
+        and a floating-point dtype (an update of booleans, integers or complex numbers is refused,
+        not cast) before a byte of it is read.
+        """
         missing = [k for k in self.keys if k not in record]
         if missing:
-            raise ValueError(f"fedselect.flower: the {what} lacks array(s) {missing[:3]} of the global model")
+            raise BadReply(f"fedselect.flower: the {what} lacks array(s) {missing[:3]} of the global model")
         parts = []
         for key, shape in zip(self.keys, self.shapes):
-            arr = record[key].numpy()
-            if arr.shape != shape:
-                raise ValueError(
-                    f"fedselect.flower: array {key!r} of the {what} has shape {arr.shape}; expected {shape}"
-                )
-            parts.append(arr.astype(np.float32, copy=False).reshape(-1))
+            arr = decode_array(record[key], shape, "f", f"fedselect.flower: array {key!r} of the {what}")
+            parts.append(arr.astype(np.float32).reshape(-1))
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
     def buffers(self, record: ArrayRecord, what: str = "model") -> dict[str, np.ndarray]:
         """The buffer arrays of ``record`` by name, in the global model's dtypes."""
         missing = [k for k in self.buffer_keys if k not in record]
         if missing:
-            raise ValueError(f"fedselect.flower: the {what} lacks buffer(s) {missing[:3]} of the global model")
+            raise BadReply(f"fedselect.flower: the {what} lacks buffer(s) {missing[:3]} of the global model")
         out = {}
         for key in self.buffer_keys:
-            arr = record[key].numpy()
-            if arr.shape != self.buffer_shapes[key]:
-                raise ValueError(
-                    f"fedselect.flower: buffer {key!r} of the {what} has shape {arr.shape}; "
-                    f"expected {self.buffer_shapes[key]}"
-                )
-            out[key] = arr.astype(self.buffer_dtypes[key], copy=False)
+            arr = decode_array(record[key], self.buffer_shapes[key], _kinds(self.buffer_dtypes[key]),
+                               f"fedselect.flower: buffer {key!r} of the {what}")
+            out[key] = arr.astype(self.buffer_dtypes[key])
         return out
 
     def buffer_deltas(self, update: ArrayRecord) -> dict[str, np.ndarray]:
@@ -144,34 +216,32 @@ class ModelLayout:
         """
         missing = [k for k in self.buffer_keys if k not in update]
         if missing:
-            raise ValueError(f"fedselect.flower: the update lacks buffer(s) {missing[:3]} of the global model")
+            raise BadReply(f"fedselect.flower: the update lacks buffer(s) {missing[:3]} of the global model")
         out = {}
         for key in self.buffer_keys:
-            arr = update[key].numpy()
-            if arr.shape != self.buffer_shapes[key]:
-                raise ValueError(
-                    f"fedselect.flower: buffer {key!r} of the update has shape {arr.shape}; "
-                    f"expected {self.buffer_shapes[key]}"
-                )
             dtype = self.buffer_dtypes[key]
+            arr = decode_array(update[key], self.buffer_shapes[key], _kinds(dtype),
+                               f"fedselect.flower: buffer {key!r} of the update")
             if np.issubdtype(dtype, np.floating):
-                arr = arr.astype(dtype, copy=False)
+                arr = arr.astype(dtype)
             elif dtype == np.bool_:
                 # A boolean buffer's "difference" is new != old: booleans (or 0/1) only.
                 if arr.dtype != np.bool_ and not (np.issubdtype(arr.dtype, np.number)
                                                   and np.all((arr == 0) | (arr == 1))):
-                    raise ValueError(f"fedselect.flower: boolean buffer {key!r} got a difference of dtype "
-                                     f"{arr.dtype} that is not boolean (0/1)")
-                arr = arr.astype(np.bool_, copy=False)
+                    raise BadReply(f"fedselect.flower: boolean buffer {key!r} got a difference of dtype "
+                                   f"{arr.dtype} that is not boolean (0/1)")
+                arr = arr.astype(np.bool_)
             else:
                 # An integer buffer (a count) changes by whole numbers; a fractional or non-finite
                 # difference is a broken client, not something to round away.
                 if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
                     if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) \
                             or not np.all(arr == np.round(arr)):
-                        raise ValueError(f"fedselect.flower: integer buffer {key!r} ({dtype}) got a difference "
-                                         f"of dtype {arr.dtype} that is not a whole number")
-                arr = arr.astype(np.int64, copy=False)
+                        raise BadReply(f"fedselect.flower: integer buffer {key!r} ({dtype}) got a difference "
+                                       f"of dtype {arr.dtype} that is not a whole number")
+                    if np.any(np.abs(arr) >= 2.0**62):
+                        raise BadReply(f"fedselect.flower: integer buffer {key!r} got a difference beyond int64")
+                arr = arr.astype(np.int64)
             out[key] = arr
         return out
 
@@ -196,6 +266,13 @@ class ModelLayout:
         for key in self.buffer_keys if buffers is not None else ():
             arrays[key] = np.asarray(buffers[key]).astype(self.buffer_dtypes[key], copy=False)
         return ArrayRecord(array_dict={k: Array(contiguous(arrays[k])) for k in self.all_keys if k in arrays})
+
+
+def _kinds(dtype: np.dtype) -> str:
+    """The dtype kinds a buffer's value or difference may come in (today's rules, see ``buffer_deltas``)."""
+    if np.issubdtype(dtype, np.floating):
+        return "f"
+    return "biuf"  # a mask (booleans or 0/1 numbers) or a count (integers or whole-valued floats)
 
 
 def contiguous(a: Any) -> np.ndarray:

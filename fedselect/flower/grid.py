@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 from uuid import uuid4
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -44,13 +45,17 @@ class LocalGrid(Grid):
         become error replies.
     sent : list of Message
         Every message pushed, in order.
+    apps : dict of int to callable
+        Nodes that run their own app (:meth:`add_node`).
     """
 
     def __init__(self, client_app, n_nodes: int, *, run_id: int = 1, seed: int | None = None) -> None:
         import random
 
         rng = random.Random(seed)
+        self._rng = rng
         self._app = client_app
+        self.apps: dict[int, Any] = {}  # per-node apps (add_node); the others run client_app
         self._run = Run.create_empty(run_id)
         self.node_ids = [rng.randrange(1 << 40, 1 << 62) for _ in range(int(n_nodes))]
         self.contexts = {
@@ -75,6 +80,24 @@ class LocalGrid(Grid):
     def remove_node(self, node_id: int) -> None:
         """The node disappears (it is no longer listed, and messages to it get no reply)."""
         self.node_ids.remove(node_id)
+
+    def add_node(self, node_config: dict[str, Any], client_app: Any = None, *, node_id: int | None = None) -> int:
+        """A new node joins with its own ``node_config`` (and its own app, e.g. a hostile one); returns its id.
+
+        ``client_app`` is any callable ``app(message, context) -> Message`` (a ``ClientApp``, or a
+        function that forges replies); default: the grid's app. ``node_id``: a removed node's id
+        to bring it back (a rejoin), else a fresh random one.
+        """
+        node = int(node_id) if node_id is not None else self._rng.randrange(1 << 40, 1 << 62)
+        if node in self.node_ids:
+            raise ValueError(f"LocalGrid: node {node} is already connected")
+        if node_id is None or node not in self.contexts:
+            self.contexts[node] = Context(run_id=self._run.run_id, node_id=node, node_config=dict(node_config),
+                                          state=RecordDict(), run_config={})
+        if client_app is not None:
+            self.apps[node] = client_app
+        self.node_ids.append(node)
+        return node
 
     def node_of_partition(self, partition_id: int) -> int:
         """The node id whose ``partition-id`` is ``partition_id``."""
@@ -128,7 +151,7 @@ class LocalGrid(Grid):
         if action is not None:
             raise ValueError(f"LocalGrid: a fault returned {action!r}; expected None, 'timeout' or 'error'")
         try:
-            return self._app(msg, self.contexts[node])
+            return self.apps.get(node, self._app)(msg, self.contexts[node])
         except Exception as exc:  # a SuperNode turns a raising ClientApp into an error reply
             return Message(
                 Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg

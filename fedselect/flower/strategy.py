@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
@@ -72,6 +74,13 @@ class FlowerRound:
         ``train`` and ``evaluate``.
     seconds : float
         Wall-clock time of selection, training and aggregation (not evaluation).
+    rejected : dict of int to str
+        Clients whose reply was refused this round, with the reason (also logged).
+    errors : list of str
+        What went wrong this round and was contained: a selector's exception in ``select``
+        or ``update`` fed by the clients' answers, a non-finite aggregate.
+    evaluation : dict of str to float
+        The centralised evaluation after the round (``start(evaluate_fn=...)``), if any.
     """
 
     round: int
@@ -82,6 +91,19 @@ class FlowerRound:
     costs: Costs = field(default_factory=Costs)
     traffic: dict[str, Traffic] = field(default_factory=dict)
     seconds: float = 0.0
+    rejected: dict[int, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    evaluation: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON-able values."""
+        return {
+            "round": self.round, "clients": list(self.clients), "reported": list(self.reported),
+            "failed": list(self.failed), "weights": list(self.weights), "costs": self.costs.to_dict(),
+            "traffic": {k: v.to_dict() for k, v in self.traffic.items()}, "seconds": self.seconds,
+            "rejected": {str(k): v for k, v in self.rejected.items()}, "errors": list(self.errors),
+            "evaluation": dict(self.evaluation),
+        }
 
 
 class FlowerOracle(ClientOracle):
@@ -168,30 +190,35 @@ class FlowerOracle(ClientOracle):
         got, _ = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose})
         out = {}
         for k, content in got.items():
-            try:
-                delta, steps, grads, buffer_deltas = self._st._parse_update(content)
-            except (KeyError, TypeError, ValueError) as exc:
-                _reject(self._led, k, "update", exc)
+            try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
+                delta, steps, grads, buffer_deltas = self._st._parse_update(content, k)
+            except Exception as exc:
+                _reject(self._led, k, "update", exc, self._st._rejected)
                 continue
             out[k] = (delta, steps, grads)
             self._buffer_deltas[k] = buffer_deltas
         return out
 
-    def _loss_replies(self, ids: np.ndarray, got: dict[int, RecordDict]) -> tuple[list[int], list[float], int]:
-        """The usable loss replies of ``ids`` (in order): ids, values, samples evaluated; the others fail."""
+    def _loss_replies(self, ids: np.ndarray, got: dict[int, RecordDict], *,
+                      on_global: bool = True) -> tuple[list[int], list[float], int]:
+        """The usable loss replies of ``ids`` (in order): ids, values, samples evaluated; the others fail.
+
+        The values pass the strategy's loss rule (``loss_clip_quantile``, ``loss_clip_history``;
+        ``on_global``: losses on w^t, which enter each client's history, rather than a trial model's).
+        """
         ok, values, evaluated = [], [], 0
         for k in ids.tolist():
             if k not in got:
                 continue
             try:
                 value, n = _parse_loss(got[k])
-            except _BadReply as exc:
-                _reject(self._led, k, "loss", exc)
+            except Exception as exc:
+                _reject(self._led, k, "loss", exc, self._st._rejected)
                 continue
             ok.append(k)
             values.append(value)
             evaluated += n
-        return ok, values, evaluated
+        return ok, self._st._clip_losses(ok, values, on_global=on_global), evaluated
 
     # -- the oracle -----------------------------------------------------------------
     def losses(self, ids: Any) -> np.ndarray:
@@ -216,12 +243,19 @@ class FlowerOracle(ClientOracle):
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
         w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
-        theta_trial = _apply(self._theta, np.stack([np.asarray(led.update(int(k))) for k in alive]), w)
+        stacked, keep = self._st._bound_norms(alive, np.stack([np.asarray(led.update(int(k))) for k in alive]), led)
+        if not keep.all():  # the norm bound rejected some: the trial is what the others would produce
+            alive = alive[keep]
+            if not alive.size:
+                return np.full(self.n_clients, np.nan)
+            w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
+            stacked = stacked[keep]
+        theta_trial = _apply(self._theta, stacked, w)
         buffers_trial = self.aggregated_buffers(alive, w)
         everyone = led.alive(np.arange(self.n_clients))
         answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"},
                                     model=(theta_trial, buffers_trial))
-        ok, values, evaluated = self._loss_replies(everyone, answers)
+        ok, values, evaluated = self._loss_replies(everyone, answers, on_global=False)
         after = np.full(self.n_clients, np.nan)
         after[ok] = values
         # The trial model is charged per message actually sent (clients with a live node that had not failed).
@@ -325,8 +359,14 @@ def _is_names(value: Any) -> bool:
     return all(isinstance(v, str) for v in value) and len(set(value)) == len(value)
 
 
-class _BadReply(ValueError):
-    """A client's reply that cannot be used (missing keys, wrong types, a non-finite value)."""
+_BadReply = P.BadReply
+
+#: counts a client reports (steps, sample gradients, samples evaluated) above this are not counts
+_MAX_COUNT = 2**53
+#: a loss whose magnitude exceeds this is not a loss (it would overflow a selector's squares)
+_MAX_ABS_LOSS = 1e30
+#: an update whose squared norm does not fit in float32 (a norm above ~1.8e19) cannot be aggregated
+_MAX_SQ_NORM = float(np.finfo(np.float32).max)
 
 
 def _reply_metrics(content: RecordDict) -> Any:
@@ -336,21 +376,23 @@ def _reply_metrics(content: RecordDict) -> Any:
     return metrics
 
 
-def _metric_int(metrics: Any, key: str, *, default: int | None = None, minimum: int = 0) -> int:
-    """``metrics[key]`` as an int >= ``minimum`` (``default`` when absent; _BadReply when absent without one)."""
+def _metric_int(metrics: Any, key: str, *, default: int | None = None, minimum: int = 0,
+                maximum: int = _MAX_COUNT) -> int:
+    """``metrics[key]`` as an int in [minimum, maximum] (``default`` when absent; _BadReply when absent
+    without one, or not a whole number in range)."""
     if key not in metrics:
         if default is None:
             raise _BadReply(f"the reply has no {key!r}")
         return default
     value = metrics[key]
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or \
-            not np.isfinite(value) or float(value) != int(value) or value < minimum:
-        raise _BadReply(f"{key!r}={value!r} is not an integer >= {minimum}")
+            not np.isfinite(value) or not minimum <= value <= maximum or float(value) != int(value):
+        raise _BadReply(f"{key!r}={value!r} is not an integer in [{minimum}, {maximum}]")
     return int(value)
 
 
 def _parse_loss(content: RecordDict) -> tuple[float, int]:
-    """(l_k, samples evaluated) of a loss reply; _BadReply unless the loss is a finite number."""
+    """(l_k, samples evaluated) of a loss reply; _BadReply unless the loss is a finite number below 1e30."""
     metrics = _reply_metrics(content)
     if P.LOSS_KEY not in metrics:
         raise _BadReply(f"the reply has no {P.LOSS_KEY!r}")
@@ -359,13 +401,25 @@ def _parse_loss(content: RecordDict) -> tuple[float, int]:
         raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not a number")
     if not np.isfinite(value):
         raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not finite")
+    if abs(float(value)) > _MAX_ABS_LOSS:
+        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is beyond {_MAX_ABS_LOSS:g}")
     return float(value), _metric_int(metrics, P.EVALUATED, default=0)
 
 
-def _reject(ledger: RoundLedger, k: int, what: str, exc: Exception) -> None:
-    """Log an unusable reply and mark its client failed for the round."""
+def _why(exc: BaseException) -> str:
+    """A one-line reason for a log: the message of a BadReply, else the exception's type and message."""
+    text = str(exc) if isinstance(exc, _BadReply) else f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _reject(ledger: RoundLedger, k: int, what: str, exc: BaseException,
+            record: dict[int, str] | None = None) -> None:
+    """Log an unusable reply (naming the client and the reason) and mark its client failed for the round."""
+    reason = _why(exc)
     log(WARNING, "fedselect: round %d: client %d sent an unusable %s reply (%s); left out of the round",
-        ledger.round, k, what, exc)
+        ledger.round, k, what, reason)
+    if record is not None:
+        record.setdefault(int(k), f"{what}: {reason}")
     ledger.mark_failed(np.array([k], dtype=np.int64))
 
 
@@ -399,10 +453,22 @@ class SelectorStrategy(Strategy):
     5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
        reported; evaluation is ``inner``'s.
 
-    A client that does not answer in time, answers with an error or with a reply that
-    cannot be used (no finite ``loss``, no update, counts that are not integers; logged),
-    or whose node is gone is left out of the round (NaN to the oracle, absent from the
-    feedback). A hello that cannot be used is logged and its node is not mapped to a client.
+    The server trusts its own configuration, not its clients (:doc:`/security`). Every
+    reply is checked before use: arrays against the model's layout (names, then each npy
+    header's shape and dtype, floating point for parameter updates, and the byte count)
+    before a byte is decoded, counts as whole numbers in range, losses finite and below
+    1e30, an update's squared norm finite in float32, the whole reply below
+    ``max_reply_bytes``. A client that does not answer in time, answers with an error, sends
+    a reply that fails a check or that raises anything while it is handled (overflow,
+    memory), or whose node is gone is left out of the round (NaN to the oracle, absent from
+    the feedback), with a warning naming the client and the reason
+    (:attr:`FlowerRound.rejected`). A client id is bound to the first node that claims it
+    with a usable hello; another node's claim while that node is alive is refused and
+    logged, never swapped in, and a client's n_k is the one its first usable hello gave. An
+    exception a selector raises in ``select`` after clients answered its questions, or in
+    ``update``, skips that step for the round with an error in the log and in
+    :attr:`FlowerRound.errors`; the server stops only for its own faults (a parameter, an
+    invalid selection, no client connected).
 
     A client without a live node at the start of a round is unavailable for the whole
     round: its ledger marks it failed from the start, so oracle questions about it answer
@@ -423,8 +489,10 @@ class SelectorStrategy(Strategy):
         pass ``evaluate_fn`` to ``start`` for a centralised one).
     clients_per_round : int
         C, the clients asked for each round.
-    n_clients : int, optional
-        N. Default: the ``num-partitions`` the clients report (node config).
+    n_clients : int
+        N, required: from the server's own configuration (e.g. the run config), never from
+        the clients (a client's hello may carry a ``num-partitions``; it is ignored). Client
+        ids are 0..N-1; a hello claiming another id is refused.
     aggregation : {None, "data-size", "mean"}
         Rule for selections without weights: None defers to ``inner``; ``"data-size"``
         (n_k over the reporting clients, FedAvg) and ``"mean"`` apply the simulator's rules.
@@ -453,6 +521,29 @@ class SelectorStrategy(Strategy):
         message). With ``aggregation=None`` the buffers are averaged with FedAvg's weights
         (n_k times the selection count), whatever ``inner`` does with the parameters. Default:
         no buffers (every array is a parameter and must be floating-point).
+    max_num_examples : int, default 10**9
+        The largest n_k a client may claim; a hello above it is refused. n_k weighs
+        FedAvg-style aggregation and data-size selection, so a liar's weight is bounded by
+        this over the others' total: set it near the largest real client.
+    max_reply_bytes : int, "auto" or None, default "auto"
+        The most bytes of arrays one reply may carry, checked before decoding; ``"auto"``:
+        four times the model's size plus 1 MiB; None: no limit.
+    update_norm_bound : float, optional
+        Opt-in bound on update magnitudes: an update whose norm exceeds this multiple of the
+        median norm of the updates it is aggregated with (the round's reporters, or a
+        trial's clients) is rejected or clipped to it (``update_norm_action``), before its
+        weight is applied. Off by default (honest rounds are then aggregated bit for bit as
+        in the simulator); with fewer than three updates it does nothing.
+    update_norm_action : {"reject", "clip"}, default "reject"
+    loss_clip_quantile : float in (0, 1], optional
+        Opt-in rule for loss-based selectors: each batch of loss answers (an oracle
+        question, the trial model's losses, the train replies' losses) is clipped from above
+        to its ``q``-quantile, so one fabricated loss counts no more than the ``q``-quantile
+        client of the same batch.
+    loss_clip_history : float, optional
+        Opt-in rule: a client's loss on ``w^t`` is clipped from above to this multiple of the
+        median of its own earlier unclipped losses on global models (the last 20); a
+        clipped answer does not enter that history, so a lie cannot raise its own cap.
 
     Raises
     ------
@@ -479,7 +570,7 @@ class SelectorStrategy(Strategy):
         "selector": [InstanceOf(str, "a registered selector name"), InstanceOf(BaseSelector, "a BaseSelector")],
         "inner": [None, InstanceOf(Strategy, "a flwr Strategy")],
         "clients_per_round": [Interval(Integral, 1, None, closed="left")],
-        "n_clients": [None, Interval(Integral, 1, None, closed="left")],
+        "n_clients": [Interval(Integral, 1, None, closed="left")],
         "aggregation": [None, StrOptions([a for a in _AGGREGATIONS if a is not None])],
         "query_timeout": [Interval(Real, 0, None, closed="neither")],
         "train_timeout": [Interval(Real, 0, None, closed="neither")],
@@ -488,6 +579,12 @@ class SelectorStrategy(Strategy):
         "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
         "buffers": [Predicate(_is_names, "a sequence of distinct array names (str), e.g. ('bn.running_mean',)",
                               examples=["bn.running_mean", [3], ("a", "a"), None])],
+        "max_num_examples": [Interval(Integral, 1, None, closed="left")],
+        "max_reply_bytes": [None, StrOptions(["auto"]), Interval(Integral, 1, None, closed="left")],
+        "update_norm_bound": [None, Interval(Real, 1, None, closed="left")],
+        "update_norm_action": [StrOptions(["reject", "clip"])],
+        "loss_clip_quantile": [None, Interval(Real, 0, 1, closed="right")],
+        "loss_clip_history": [None, Interval(Real, 1, None, closed="left")],
     }
 
     def _params(self) -> dict[str, Any]:
@@ -499,7 +596,7 @@ class SelectorStrategy(Strategy):
         *,
         inner: Strategy | None = None,
         clients_per_round: int = 10,
-        n_clients: int | None = None,
+        n_clients: int,
         aggregation: str | None = None,
         query_timeout: float = 60.0,
         train_timeout: float = 600.0,
@@ -507,6 +604,12 @@ class SelectorStrategy(Strategy):
         random_state: int | None = None,
         partial_weights: str = "rescale",
         buffers: Sequence[str] = (),
+        max_num_examples: int = 10**9,
+        max_reply_bytes: int | str | None = "auto",
+        update_norm_bound: float | None = None,
+        update_norm_action: str = "reject",
+        loss_clip_quantile: float | None = None,
+        loss_clip_history: float | None = None,
     ) -> None:
         self.selector = selector
         self.inner = inner
@@ -519,12 +622,21 @@ class SelectorStrategy(Strategy):
         self.random_state = random_state
         self.partial_weights = partial_weights
         self.buffers = buffers
+        self.max_num_examples = max_num_examples
+        self.max_reply_bytes = max_reply_bytes
+        self.update_norm_bound = update_norm_bound
+        self.update_norm_action = update_norm_action
+        self.loss_clip_quantile = loss_clip_quantile
+        self.loss_clip_history = loss_clip_history
         validate_parameters(self, self._params(), self._parameter_constraints)
         self._inner = inner if inner is not None else FedAvg(fraction_evaluate=0.0, min_available_nodes=1)
         self._node_of: dict[int, int] = {}
         self._client_of: dict[int, int] = {}
         self._n_samples: dict[int, int] = {}
-        self._reported_n: int | None = None
+        self._refused: dict[int, str] = {}  # node -> why its hello was refused (not asked again while alive)
+        self._loss_history: dict[int, list[float]] = {}
+        self._rejected: dict[int, str] = {}  # this round's rejected replies: client -> reason
+        self._errors: list[str] = []  # this round's contained selector errors
         self.rounds_: list[FlowerRound] = []
         self._pending: dict[str, Any] | None = None
         self._traffic: dict[str, Traffic] = {}
@@ -542,6 +654,8 @@ class SelectorStrategy(Strategy):
         start = time.perf_counter()
         t = int(server_round) - 1
         self._traffic = {}
+        self._rejected = {}
+        self._errors = []
         if not hasattr(self, "selector_"):
             self._setup(grid, arrays)
         else:
@@ -565,7 +679,20 @@ class SelectorStrategy(Strategy):
         n = min(n, N)
         oracle = FlowerOracle(self, grid, led, theta, config, buffers)
         sel = self.selector_
-        raw = sel.select(n, round=t, oracle=oracle)
+        try:
+            raw = sel.select(n, round=t, oracle=oracle)
+        except Exception as exc:
+            answered = led.answered().tolist()
+            if not answered:  # no client's answer reached the selector: the server's own fault
+                raise
+            # The selector learned from the clients' answers this round and failed on them: one of them
+            # may be hostile and the server cannot tell which. The round trains nobody; the server goes on.
+            note = (f"round {t}: {type(sel).__name__}.select raised {_why(exc)} after clients {answered[:20]} "
+                    "answered its questions; the round is skipped (model unchanged)")
+            log(ERROR, "fedselect: %s", note)
+            self._errors.append(note)
+            self._pending = {"t": t, "skipped": True, "ledger": led, "start": start}
+            return []
         selection = raw.validated(N, n, variable_size=bool(sel.variable_size), source=type(sel).__name__)
         ids = selection.clients
         todo = led.to_train(ids)
@@ -606,6 +733,10 @@ class SelectorStrategy(Strategy):
         self._pending = None
         replies = list(replies)
         self._count("train", replies, down=False)
+        if st.get("skipped"):
+            self._finish(FlowerRound(round=st["t"], clients=[], failed=sorted(int(k) for k in st["ledger"].failed)),
+                         st["ledger"], st["start"])
+            return None, None
         t, led, selection, theta = st["t"], st["ledger"], st["selection"], st["theta"]
         got = self._valid_replies(replies)
         ok, updates, steps, grads, loss_ids, losses, evaluated = [], [], 0, 0, [], [], 0
@@ -613,11 +744,11 @@ class SelectorStrategy(Strategy):
             content = got.get(k)
             if content is None or led.is_failed(k):
                 continue
-            try:
-                delta, s, g, buffer_deltas = self._parse_update(content)
+            try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
+                delta, s, g, buffer_deltas = self._parse_update(content, k)
                 loss = _parse_loss(content) if k in st["need_loss"] else None
-            except (KeyError, TypeError, ValueError) as exc:
-                _reject(led, k, "train", exc)
+            except Exception as exc:
+                _reject(led, k, "train", exc, self._rejected)
                 continue
             if loss is not None:
                 loss_ids.append(k)
@@ -634,6 +765,7 @@ class SelectorStrategy(Strategy):
         if ok:
             led.record_training(np.asarray(ok, dtype=np.int64), updates, steps=steps, sample_gradients=grads)
         if loss_ids:
+            losses = self._clip_losses(loss_ids, losses, on_global=True)
             led.record_losses(np.asarray(loss_ids, dtype=np.int64), np.asarray(losses), samples_evaluated=evaluated)
         ids = selection.clients
         # A chosen client whose update the server already held (trained for an oracle question) got no
@@ -644,6 +776,14 @@ class SelectorStrategy(Strategy):
         if ask.size:
             st["oracle"].losses(ask)
         keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
+        if self.update_norm_bound is not None and keep.sum() >= 3:  # the opt-in bound, before any weight
+            held_ids = ids[keep]
+            bounded, ok = self._bound_norms(held_ids, np.stack([np.asarray(led.update(int(k)), dtype=np.float32)
+                                                                for k in held_ids]), led)
+            clipped = dict(zip(held_ids.tolist(), bounded))
+            keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
+        else:
+            clipped = {}
         reported = ids[keep]
         led.upload(reported)
         record = FlowerRound(round=t, clients=ids.tolist(), reported=reported.tolist(),
@@ -653,7 +793,8 @@ class SelectorStrategy(Strategy):
                           FlowerRoundWarning, stacklevel=2)
             self._finish(record, led, st["start"])
             return None, None
-        stacked = np.stack([np.asarray(led.update(int(k)), dtype=np.float32) for k in reported])
+        stacked = np.stack([clipped[int(k)] if int(k) in clipped else np.asarray(led.update(int(k)), dtype=np.float32)
+                            for k in reported])
         n_k = np.array([self._n_samples[int(k)] for k in reported], dtype=np.int64)
         if selection.weights is not None:
             weights = reporter_weights(selection.weights, keep, mode=self.partial_weights)
@@ -679,7 +820,14 @@ class SelectorStrategy(Strategy):
             w = counts * n_k
             weights = w / w.sum()
         if not np.all(np.isfinite(new_theta)):
-            raise FloatingPointError(f"SelectorStrategy: the global model became NaN/inf in round {t}")
+            # Each update was finite and its squared norm fit in float32, so the sum overflowed: clients'
+            # doing, not the server's. The round is dropped; update_norm_bound is what prevents it.
+            note = (f"round {t}: the aggregate of clients {reported.tolist()[:20]} is not finite; the round is "
+                    "dropped (model unchanged; update_norm_bound bounds update magnitudes)")
+            log(ERROR, "fedselect: %s", note)
+            self._errors.append(note)
+            self._finish(record, led, st["start"])
+            return None, None
         new_buffers = st["oracle"].aggregated_buffers(reported, weights)
         record.weights = [float(w) for w in weights]
         needs = self.selector_.needs
@@ -693,7 +841,13 @@ class SelectorStrategy(Strategy):
             global_before=theta if "global" in needs else None,
             global_after=new_theta if "global" in needs else None,
         )
-        self.selector_.update(feedback)
+        try:
+            self.selector_.update(feedback)
+        except Exception as exc:  # fed by the clients' reports: logged and contained, the round stands
+            note = (f"round {t}: {type(self.selector_).__name__}.update raised {_why(exc)} on the feedback of "
+                    f"clients {reported.tolist()[:20]}; the selector did not learn from this round")
+            log(ERROR, "fedselect: %s", note)
+            self._errors.append(note)
         self._finish(record, led, st["start"])
         metrics = MetricRecord({
             "fedselect-reported": int(reported.size),
@@ -718,11 +872,16 @@ class SelectorStrategy(Strategy):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        records_path: str | os.PathLike[str] | None = None,
     ) -> Result:
         """Run ``num_rounds`` rounds (Flower's ``Strategy.start``, with ``train_timeout`` for training).
 
         ``timeout`` bounds the federated evaluation's wait; ``evaluate_fn(server_round, arrays)``
-        is a centralised evaluation run before the first round and after every round.
+        is a centralised evaluation run before the first round and after every round. Each
+        round is logged as it ends (chosen, reported, failed and rejected clients, contained
+        errors, the centralised evaluation). ``records_path``: a JSON-lines file that gets one
+        line per round as it ends (:meth:`FlowerRound.to_dict`), appended and flushed, so a
+        run that stops keeps every finished round.
         """
         # Again (attributes may have been changed since construction), and the selector: an unknown
         # name or a bad selector parameter fails here, before any message is sent.
@@ -758,44 +917,65 @@ class SelectorStrategy(Strategy):
                 res = evaluate_fn(server_round, arrays)
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
+                    if self.rounds_:
+                        self.rounds_[-1].evaluation = {k: float(v) for k, v in res.items()
+                                                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if self.rounds_ and self.rounds_[-1].round == server_round - 1:
+                self._log_round(self.rounds_[-1])
+                if records_path is not None:
+                    with open(records_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(self.rounds_[-1].to_dict()) + "\n")
+                        f.flush()
+                        os.fsync(f.fileno())
         if not result.arrays:
             result.arrays = arrays
         return result
 
+    @staticmethod
+    def _log_round(rec: FlowerRound) -> None:
+        evaluation = ", ".join(f"{k} {v:.4f}" for k, v in rec.evaluation.items())
+        log(INFO, "fedselect round %d: chose %s, reported %s, failed %s%s%s (%.2f s)", rec.round, rec.clients,
+            rec.reported, rec.failed, f", {evaluation}" if evaluation else "",
+            f", rejected {rec.rejected}" if rec.rejected else "", rec.seconds)
+        for note in rec.errors:
+            log(ERROR, "fedselect round %d: %s", rec.round, note)
+
     # -- nodes ------------------------------------------------------------------------
     def _setup(self, grid: Grid, arrays: ArrayRecord) -> None:
         self._layout = P.ModelLayout(arrays, self.buffers)
+        N = int(self.n_clients)
         started = time.monotonic()
         deadline = started + float(self.connect_timeout)
         next_note = started + 10.0
         while True:
-            self._refresh_nodes(grid)
-            N = self.n_clients if self.n_clients is not None else self._reported_n
-            if N is not None and all(k in self._n_samples for k in range(N)):
+            self._refresh_nodes(grid, N)
+            if all(k in self._n_samples for k in range(N)):
                 break
             if time.monotonic() >= next_note:  # a wait of minutes must not look like a hang
-                log(INFO, "fedselect: waiting for the clients to connect: %d of %s so far (%.0f s of "
-                    "connect_timeout=%.0f s)", len(self._n_samples), N if N is not None else "?",
-                    time.monotonic() - started, float(self.connect_timeout))
+                log(INFO, "fedselect: waiting for the clients to connect: %d of %d so far (%.0f s of "
+                    "connect_timeout=%.0f s)", len(self._n_samples), N, time.monotonic() - started,
+                    float(self.connect_timeout))
                 next_note += 10.0
             if time.monotonic() > deadline:
-                have = sorted(self._n_samples)
-                if N is None:
-                    raise RuntimeError(
-                        "SelectorStrategy: the clients report no number of clients (node_config 'num-partitions'); "
-                        f"pass n_clients=... (clients seen: {have[:10]})"
-                    )
-                lost = [k for k in range(N) if k not in self._n_samples]
-                raise RuntimeError(
-                    f"SelectorStrategy: after connect_timeout={self.connect_timeout}s, client(s) {lost[:10]} of "
-                    f"N={N} never connected (or sent an unusable hello: see the log); the selector needs every "
-                    "client's n_k to start"
-                )
+                break
             time.sleep(0.2)
-        extra = [k for k in self._n_samples if k >= N]
-        if extra:
-            raise RuntimeError(f"SelectorStrategy: client id(s) {extra[:5]} reported, but N={N} (ids are 0..N-1)")
-        self.n_clients_ = int(N)
+        lost = [k for k in range(N) if k not in self._n_samples]
+        if lost:
+            if not self._n_samples:
+                refused = "; ".join(f"node {n}: {why}" for n, why in list(self._refused.items())[:5])
+                raise RuntimeError(
+                    f"SelectorStrategy: after connect_timeout={self.connect_timeout}s no client of N={N} has sent a "
+                    f"usable hello{' (refused: ' + refused + ')' if refused else ''}; nothing to train"
+                )
+            # The selector needs N sizes; a client that never said a usable hello gets the smallest n_k
+            # reported (the least weight), and is unavailable until its node connects.
+            fill = min(self._n_samples.values())
+            log(WARNING, "fedselect: after connect_timeout=%.0f s, client(s) %s of N=%d have not sent a usable "
+                "hello; they join the pool with n_k=%d (the smallest reported) and stay unavailable until "
+                "they connect", float(self.connect_timeout), lost[:20], N, fill)
+            for k in lost:
+                self._n_samples[k] = fill
+        self.n_clients_ = N
         sel = clone(self._resolved_selector())
         params = sel.get_params(deep=False)
         if "random_state" in params and params["random_state"] is None and self.random_state is not None:
@@ -813,43 +993,63 @@ class SelectorStrategy(Strategy):
         sel._validate_params()
         return sel
 
-    def _refresh_nodes(self, grid: Grid) -> None:
+    def _refresh_nodes(self, grid: Grid, N: int | None = None) -> None:
+        """Forget nodes that left; ask new nodes their client id and n_k, binding each id to one node.
+
+        A client id belongs to the first node that claims it with a usable hello, for as long
+        as that node is listed; a claim by another node meanwhile is refused (logged once per
+        node, which is not asked again while the holder is alive). When the holder leaves,
+        the id is free again and the next node to claim it holds it (a rejoin, logged). n_k
+        comes from the first usable hello of the id and is never replaced.
+        """
+        N = int(self.n_clients) if N is None else N
         nodes = set(int(n) for n in grid.get_node_ids())
-        for node in [n for n in self._client_of if n not in nodes]:
+        left = [n for n in self._client_of if n not in nodes]
+        for node in left:
             k = self._client_of.pop(node)
             if self._node_of.get(k) == node:
                 del self._node_of[k]
-        new = sorted(n for n in nodes if n not in self._client_of)
+            log(WARNING, "fedselect: client %d's node %d has left; client %d is unavailable until it rejoins",
+                k, node, k)
+        if left:  # an id is free again: nodes refused before may claim it now
+            self._refused.clear()
+        for node in [n for n in self._refused if n not in nodes]:
+            del self._refused[node]
+        new = sorted(n for n in nodes if n not in self._client_of and n not in self._refused)
         if not new:
             return
         messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in new]
         replies = self._exchange(grid, messages, self.query_timeout, "hello")
-        N = getattr(self, "n_clients_", self.n_clients)
         for msg in replies:
-            node = int(msg.metadata.src_node_id)
-            if msg.has_error():
-                log(INFO, "fedselect: node %d answered hello with an error: %s", node, msg.error.reason)
-                continue
             try:
+                node = int(msg.metadata.src_node_id)
+                if node not in new:
+                    continue
+                if msg.has_error():
+                    log(INFO, "fedselect: node %d answered hello with an error: %s", node, msg.error.reason)
+                    continue
                 m = _reply_metrics(msg.content)
-                k = _metric_int(m, P.CLIENT_ID)
-                n_k = _metric_int(m, P.NUM_EXAMPLES, minimum=1)
-                n_reported = _metric_int(m, P.NUM_PARTITIONS, minimum=1) if P.NUM_PARTITIONS in m else None
-                if N is not None and k >= N:
-                    raise _BadReply(f"client id {k} is not below N={N}")
-            except _BadReply as exc:  # the node is not mapped to a client (asked again next round)
-                log(WARNING, "fedselect: node %d sent an unusable hello (%s); ignored", node, exc)
+                k = _metric_int(m, P.CLIENT_ID, maximum=N - 1)
+                n_k = _metric_int(m, P.NUM_EXAMPLES, minimum=1, maximum=int(self.max_num_examples))
+            except Exception as exc:  # the node is not mapped to a client (asked again next round)
+                log(WARNING, "fedselect: node %s sent an unusable hello (%s); ignored",
+                    getattr(msg.metadata, "src_node_id", "?"), _why(exc))
                 continue
-            if k in self._node_of and self._node_of[k] != node:
-                log(INFO, "fedselect: client %d moved from node %d to node %d", k, self._node_of[k], node)
-                self._client_of.pop(self._node_of[k], None)
+            holder = self._node_of.get(k)
+            if holder is not None and holder != node:
+                why = f"claims client id {k}, which node {holder} holds"
+                log(WARNING, "fedselect: node %d %s; refused (not asked again while node %d is connected)",
+                    node, why, holder)
+                self._refused[node] = why
+                continue
+            if k in self._n_samples and hasattr(self, "selector_"):
+                log(INFO, "fedselect: client %d rejoined on node %d", k, node)
+                if self._n_samples[k] != n_k:
+                    log(WARNING, "fedselect: client %d now reports n_k=%d; kept %d (from its first hello)",
+                        k, n_k, self._n_samples[k])
             self._node_of[k] = node
             self._client_of[node] = k
-            if k in self._n_samples and self._n_samples[k] != n_k and hasattr(self, "selector_"):
-                log(INFO, "fedselect: client %d now reports n_k=%d (fitted with %d)", k, n_k, self._n_samples[k])
             self._n_samples.setdefault(k, n_k)
-            if n_reported is not None:
-                self._reported_n = n_reported
 
     @property
     def client_nodes_(self) -> dict[int, int]:
@@ -875,33 +1075,117 @@ class SelectorStrategy(Strategy):
                 tr.messages_up += 1
                 tr.bytes_up += size
 
+    def _reply_limit(self) -> int | None:
+        """The most array bytes one reply may carry (``max_reply_bytes``), None for no limit."""
+        if self.max_reply_bytes is None:
+            return None
+        if self.max_reply_bytes == "auto":
+            return 4 * self._layout.nbytes + (1 << 20)
+        return int(self.max_reply_bytes)
+
     def _valid_replies(self, replies: Iterable[Message]) -> dict[int, RecordDict]:
+        """The replies of mapped nodes by client id; error replies, oversized ones and ones naming another
+        client are left out (their client then fails)."""
         out: dict[int, RecordDict] = {}
+        limit = self._reply_limit()
         for msg in replies:
-            k = self._client_of.get(int(msg.metadata.src_node_id))
-            if k is None:
+            k = None
+            try:
+                k = self._client_of.get(int(msg.metadata.src_node_id))
+                if k is None:
+                    continue
+                if msg.has_error():
+                    log(INFO, "fedselect: client %d answered with an error: %s", k, msg.error.reason)
+                    continue
+                content = msg.content
+                if limit is not None:
+                    size = sum(P.record_nbytes(r) for r in content.array_records.values())
+                    if size > limit:
+                        raise _BadReply(f"{size} bytes of arrays, above max_reply_bytes={limit}")
+                metrics = content.metric_records.get("metrics")
+                if metrics is not None and P.CLIENT_ID in metrics and metrics[P.CLIENT_ID] != k:
+                    raise _BadReply(f"the reply names client {metrics[P.CLIENT_ID]!r}, but node "
+                                    f"{msg.metadata.src_node_id} holds client {k}")
+            except Exception as exc:
+                if k is not None:
+                    reason = _why(exc)
+                    log(WARNING, "fedselect: client %d sent an unusable reply (%s); left out of the round", k, reason)
+                    self._rejected.setdefault(int(k), f"reply: {reason}")
                 continue
-            if msg.has_error():
-                log(INFO, "fedselect: client %d answered with an error: %s", k, msg.error.reason)
-                continue
-            out[k] = msg.content
+            out[k] = content
         return out
 
-    def _parse_update(self, content: RecordDict) -> tuple[np.ndarray, int, int, dict[str, np.ndarray]]:
-        """(delta, local steps, sample gradients, buffer differences) of an update reply; ValueError/TypeError
-        if unusable."""
+    def _parse_update(self, content: RecordDict,
+                      k: int | None = None) -> tuple[np.ndarray, int, int, dict[str, np.ndarray]]:
+        """(delta, local steps, sample gradients, buffer differences) of an update reply; BadReply if unusable.
+
+        The arrays' names are checked before any is decoded, each array's header before its
+        bytes (:func:`fedselect.flower._protocol.decode_array`).
+        """
         record = content.array_records.get("update")
         if record is None:
             raise _BadReply("the reply has no 'update' arrays")
+        self._layout.check_names(record, "update")
         delta = self._layout.flatten(record, "update")
         if not np.all(np.isfinite(delta)):
             raise _BadReply("the update holds NaN or inf")
+        sq = float(np.dot(delta.astype(np.float64), delta.astype(np.float64)))
+        if not sq <= _MAX_SQ_NORM:
+            raise _BadReply(f"the update's norm {np.sqrt(sq):.3g} is beyond what float32 can aggregate")
         buffer_deltas = self._layout.buffer_deltas(record)
         if not all(np.all(np.isfinite(d)) for d in buffer_deltas.values() if d.dtype != np.bool_):
             raise _BadReply("a buffer's update holds NaN or inf")
         m = _reply_metrics(content)
         steps = _metric_int(m, P.STEPS, default=0)
         return delta, steps, _metric_int(m, P.SAMPLE_GRADIENTS, default=0), buffer_deltas
+
+    def _bound_norms(self, ids: np.ndarray, stacked: np.ndarray,
+                     led: RoundLedger) -> tuple[np.ndarray, np.ndarray]:
+        """``update_norm_bound`` applied to the updates ``stacked`` of clients ``ids`` aggregated together.
+
+        Returns the updates (rows clipped to the bound under ``"clip"``) and a mask of the rows
+        kept; under ``"reject"`` the others' clients are marked failed for the round, with a
+        warning. Does nothing when the bound is off or fewer than three updates are aggregated.
+        """
+        keep = np.ones(len(ids), dtype=bool)
+        if self.update_norm_bound is None or len(ids) < 3:
+            return stacked, keep
+        norms = np.linalg.norm(stacked.astype(np.float64), axis=1)
+        bound = float(self.update_norm_bound) * float(np.median(norms))
+        over = np.flatnonzero(norms > bound)
+        if not over.size:
+            return stacked, keep
+        if self.update_norm_action == "clip":
+            stacked = stacked.copy()
+            for i in over.tolist():
+                stacked[i] = (stacked[i].astype(np.float64) * (bound / norms[i])).astype(np.float32)
+                log(WARNING, "fedselect: round %d: client %d's update norm %.3g clipped to %.3g (%g x the median)",
+                    led.round, int(ids[i]), norms[i], bound, float(self.update_norm_bound))
+            return stacked, keep
+        for i in over.tolist():
+            exc = _BadReply(f"update norm {norms[i]:.3g} above {float(self.update_norm_bound):g} x the median "
+                            f"{float(np.median(norms)):.3g}")
+            _reject(led, int(ids[i]), "update", exc, self._rejected)
+            keep[i] = False
+        return stacked, keep
+
+    def _clip_losses(self, ids: Sequence[int], values: Sequence[float], *, on_global: bool) -> list[float]:
+        """The opt-in loss rules (``loss_clip_quantile``, ``loss_clip_history``) applied to one batch of answers."""
+        vals = np.asarray(values, dtype=np.float64)
+        if vals.size and self.loss_clip_quantile is not None:
+            vals = np.minimum(vals, np.quantile(vals, float(self.loss_clip_quantile)))
+        if not on_global:
+            return vals.tolist()
+        for i, k in enumerate(ids):
+            past = self._loss_history.setdefault(int(k), [])
+            cap = float(self.loss_clip_history) * float(np.median(past)) \
+                if past and self.loss_clip_history is not None else np.inf
+            if vals[i] > cap:
+                vals[i] = cap  # a clipped answer does not enter the history: a liar cannot ratchet its cap up
+            else:
+                past.append(float(vals[i]))
+                del past[:-20]
+        return vals.tolist()
 
     def _rule_weights(self, selection: Selection) -> np.ndarray:
         counts = selection.counts if selection.counts is not None else np.ones(len(selection))
@@ -917,4 +1201,6 @@ class SelectorStrategy(Strategy):
         record.costs = copy.copy(led.costs)
         record.traffic = dict(self._traffic)
         record.seconds = time.perf_counter() - start
+        record.rejected = dict(self._rejected)
+        record.errors = list(self._errors)
         self.rounds_.append(record)

@@ -86,7 +86,8 @@ def test_a_batch_norm_model_chooses_what_the_simulator_chooses(fed20, name):
     clients = FederationClients(fed20, random_state=seed, pooled_losses=True, **TRAIN_BN)
     assert clients.buffer_names == BUFFERS
     grid = LocalGrid(clients.client_app(), fed20.n_clients, seed=11)
-    strategy = SelectorStrategy(selector, clients_per_round=4, aggregation="data-size", random_state=seed,
+    strategy = SelectorStrategy(selector, clients_per_round=4, n_clients=fed20.n_clients, aggregation="data-size",
+                                random_state=seed,
                                 buffers=clients.buffer_names)
     result = strategy.start(grid, clients.initial_arrays(), num_rounds=rounds, evaluate_fn=clients.evaluate_fn())
 
@@ -119,7 +120,8 @@ def test_buffers_are_averaged_as_the_simulator_averages_them(fed8):
     clients = FederationClients(fed8, random_state=seed, **TRAIN_BN)
     D = clients.engine.n_params
     grid = LocalGrid(clients.client_app(), N, seed=2)
-    strategy = SelectorStrategy(Probe(), clients_per_round=3, random_state=seed, buffers=clients.buffer_names)
+    strategy = SelectorStrategy(Probe(), clients_per_round=3, n_clients=fed8.n_clients, random_state=seed,
+                                buffers=clients.buffer_names)
     models = {}
     strategy.start(grid, clients.initial_arrays(), num_rounds=rounds,
                    evaluate_fn=lambda r, arrays: models.__setitem__(r, arrays))
@@ -156,7 +158,8 @@ def test_a_trial_round_with_buffers_matches_the_simulator(fed8):
                                **TRAIN_BN).fit(fed8)
     clients = FederationClients(fed8, random_state=seed, pooled_losses=True, **TRAIN_BN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=2)
-    strategy = SelectorStrategy(Probe(), clients_per_round=3, random_state=seed, buffers=clients.buffer_names)
+    strategy = SelectorStrategy(Probe(), clients_per_round=3, n_clients=fed8.n_clients, random_state=seed,
+                                buffers=clients.buffer_names)
     strategy.start(grid, clients.initial_arrays(), num_rounds=rounds)
     sim, fl = trainer.selector_, strategy.selector_
     assert sorted(fl.trials_) == sorted(sim.trials_) == [0, 2]
@@ -172,13 +175,14 @@ def test_a_trial_round_with_buffers_matches_the_simulator(fed8):
 def test_an_unknown_buffer_name_is_refused_before_any_message(fed8):
     clients = FederationClients(fed8, random_state=0, **TRAIN_BN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy("random", clients_per_round=2, buffers=["2.running_mean", "bn.running_var"])
+    strategy = SelectorStrategy("random", clients_per_round=2, n_clients=fed8.n_clients,
+                                buffers=["2.running_mean", "bn.running_var"])
     evaluated = []
     with pytest.raises(ValueError, match=r"\['bn.running_var'\] that the model's ArrayRecord does not hold"):
         strategy.start(grid, clients.initial_arrays(), num_rounds=1, evaluate_fn=lambda r, a: evaluated.append(r))
     assert grid.sent == [] and evaluated == []  # not even the evaluation before round 0 ran
     # Not naming them: num_batches_tracked (int64) cannot be a parameter; the error says what to do.
-    strategy = SelectorStrategy("random", clients_per_round=2)
+    strategy = SelectorStrategy("random", clients_per_round=2, n_clients=fed8.n_clients)
     with pytest.raises(TypeError, match=r"'2.num_batches_tracked' has dtype int64.*SelectorStrategy\(buffers="):
         strategy.start(grid, clients.initial_arrays(), num_rounds=1)
     assert grid.sent == []
@@ -237,7 +241,8 @@ def test_buffers_with_the_inner_strategys_aggregation(fed8):
     rounds, seed = 2, 3
     clients = FederationClients(fed8, random_state=seed, **TRAIN_BN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=2)
-    strategy = SelectorStrategy("random", clients_per_round=3, random_state=seed, buffers=clients.buffer_names)
+    strategy = SelectorStrategy("random", clients_per_round=3, n_clients=fed8.n_clients, random_state=seed,
+                                buffers=clients.buffer_names)
     assert strategy.aggregation is None
     models = {}
     strategy.start(grid, clients.initial_arrays(), num_rounds=rounds,
@@ -286,7 +291,8 @@ def test_a_client_with_a_broken_buffer_difference_fails_its_round(fed8):
 
     app = make_client_app(train, clients.evaluate, train_returns="update",
                           num_examples=lambda ctx: clients.n_samples(int(ctx.node_config["partition-id"])))
-    strategy = SelectorStrategy("random", clients_per_round=4, random_state=1, buffers=clients.buffer_names)
+    strategy = SelectorStrategy("random", clients_per_round=4, n_clients=fed8.n_clients, random_state=1,
+                                buffers=clients.buffer_names)
     strategy.start(LocalGrid(app, fed8.n_clients, seed=1), clients.initial_arrays(), num_rounds=2)
     assert any(k % 2 == 0 for r in strategy.rounds_ for k in r.clients)
     for record in strategy.rounds_:

@@ -29,7 +29,8 @@ def test_flower_chooses_what_the_simulator_chooses(fed20, name):
     ).fit(fed20)
     clients = FederationClients(fed20, random_state=seed, pooled_losses=True, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed20.n_clients, seed=11)
-    strategy = SelectorStrategy(selector, clients_per_round=4, aggregation="data-size", random_state=seed)
+    strategy = SelectorStrategy(selector, clients_per_round=4, n_clients=fed20.n_clients, aggregation="data-size",
+                                random_state=seed)
     result = strategy.start(grid, clients.initial_arrays(), num_rounds=rounds, evaluate_fn=clients.evaluate_fn())
 
     assert len(strategy.rounds_) == rounds
@@ -65,7 +66,8 @@ def test_probing_selectors_match_the_simulator(fed20, name):
     ).fit(fed20)
     clients = FederationClients(fed20, random_state=seed, pooled_losses=True, **TRAIN)
     grid = LocalGrid(clients.client_app(), N, seed=11)
-    strategy = SelectorStrategy(selector, clients_per_round=4, aggregation="data-size", random_state=seed)
+    strategy = SelectorStrategy(selector, clients_per_round=4, n_clients=fed20.n_clients, aggregation="data-size",
+                                random_state=seed)
     result = strategy.start(grid, clients.initial_arrays(), num_rounds=rounds)
 
     dim = 1 if name == "ocs" else trainer.selector_.compressed_dim_
@@ -108,7 +110,8 @@ def test_the_same_silent_clients_give_the_same_rounds_and_costs_in_both_worlds(f
     grid = LocalGrid(clients.client_app(), fed20.n_clients, seed=11)
     for k in silent:  # connected (they answer the hello that maps them to their client id) but never again
         grid.faults[grid.node_of_partition(k)] = lambda m: None if m.metadata.message_type == P.HELLO else "timeout"
-    strategy = SelectorStrategy(selector, clients_per_round=4, aggregation="data-size", random_state=seed,
+    strategy = SelectorStrategy(selector, clients_per_round=4, n_clients=fed20.n_clients, aggregation="data-size",
+                                random_state=seed,
                                 query_timeout=5, train_timeout=5)
     strategy.start(grid, clients.initial_arrays(), num_rounds=rounds, evaluate_fn=clients.evaluate_fn())
     asked = sum(1 for m in grid.sent if grid.contexts[m.metadata.dst_node_id].node_config["partition-id"] in silent)

@@ -69,6 +69,7 @@ def _run(fed, app, selector, rounds=2, n_nodes=None, **kw):
     grid = LocalGrid(app, n_nodes or fed.n_clients, seed=5)
     kw.setdefault("connect_timeout", 2.0)
     kw.setdefault("aggregation", "data-size")
+    kw.setdefault("n_clients", n_nodes or fed.n_clients)
     strategy = SelectorStrategy(selector, random_state=0, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowerRoundWarning)

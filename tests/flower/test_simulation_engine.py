@@ -24,7 +24,7 @@ def test_fedcor_runs_under_the_simulation_engine(fed10_digits):
     def main(grid: Grid, context: Context) -> None:
         strategy = SelectorStrategy(
             fedselect.get_selector("fedcor", warmup_rounds=1, gp_interval=2, warmup_iters=5, gp_iters=5),
-            clients_per_round=3, aggregation="data-size", random_state=0, connect_timeout=60.0,
+            clients_per_round=3, n_clients=10, aggregation="data-size", random_state=0, connect_timeout=60.0,
         )
         out["result"] = strategy.start(grid, clients.initial_arrays(), num_rounds=4,
                                        evaluate_fn=clients.evaluate_fn())

@@ -29,6 +29,7 @@ def _run(fed, selector, rounds=3, faults=None, remove=(), clients_per_round=3, *
     for partition in remove:
         grid.remove_node(grid.node_of_partition(partition))
     kw.setdefault("connect_timeout", 5.0)
+    kw.setdefault("n_clients", fed.n_clients)
     strategy = SelectorStrategy(selector, clients_per_round=clients_per_round, random_state=0, **kw)
     result = strategy.start(grid, clients.initial_arrays(), num_rounds=rounds)
     return strategy, grid, result
@@ -106,7 +107,8 @@ def test_a_failed_candidate_answers_nan_and_the_round_goes_on(fed8):
 def test_fewer_live_nodes_than_asked_shrinks_the_round(fed8):
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy("random", clients_per_round=4, random_state=0, aggregation="data-size")
+    strategy = SelectorStrategy("random", clients_per_round=4, n_clients=fed8.n_clients, random_state=0,
+                                aggregation="data-size")
     gone = {grid.node_of_partition(p) for p in range(5)}
 
     def after_round(server_round, arrays):  # everybody connected in round 0; then 5 nodes vanish
@@ -146,7 +148,8 @@ def test_a_gone_client_answers_nan_without_a_message(fed8):
 
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy(AskAll(), clients_per_round=2, random_state=0, aggregation="data-size")
+    strategy = SelectorStrategy(AskAll(), clients_per_round=2, n_clients=fed8.n_clients, random_state=0,
+                                aggregation="data-size")
 
     def after_round(server_round, arrays):
         if server_round == 1:
@@ -170,7 +173,8 @@ def test_the_trial_model_is_charged_per_message_sent(fed8):
     fedcor = fedselect.get_selector("fedcor", warmup_rounds=1, gp_interval=2, warmup_iters=5, gp_iters=5)
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy(fedcor, clients_per_round=2, random_state=0, aggregation="data-size")
+    strategy = SelectorStrategy(fedcor, clients_per_round=2, n_clients=fed8.n_clients, random_state=0,
+                                aggregation="data-size")
 
     def after_round(server_round, arrays):
         if server_round == 2:  # round 2 is a GP round with a trial; client 4's node is gone by then
@@ -278,7 +282,8 @@ def test_every_selector_survives_failures(fed8, name):
     slow_node, bad_node = grid.node_of_partition(1), grid.node_of_partition(6)
     grid.faults[slow_node] = slow
     grid.faults[bad_node] = bad_train
-    strategy = SelectorStrategy(selector, clients_per_round=3, random_state=0, aggregation="data-size")
+    strategy = SelectorStrategy(selector, clients_per_round=3, n_clients=fed8.n_clients, random_state=0,
+                                aggregation="data-size")
 
     def after_round(server_round, arrays):
         if server_round == 2:
@@ -356,20 +361,20 @@ def test_make_client_app_with_parameters_and_a_lost_cached_model(fed8):
 
 def test_strategy_parameter_errors_name_the_parameter():
     with pytest.raises(ValueError, match="clients_per_round"):
-        SelectorStrategy("random", clients_per_round=0)
+        SelectorStrategy("random", clients_per_round=0, n_clients=5)
     with pytest.raises(ValueError, match="aggregation"):
-        SelectorStrategy("random", aggregation="median")
+        SelectorStrategy("random", n_clients=5, aggregation="median")
     with pytest.raises(ValueError, match="query_timeout"):
-        SelectorStrategy("random", query_timeout=-1)
+        SelectorStrategy("random", n_clients=5, query_timeout=-1)
     with pytest.raises(ValueError, match=r"random_state=-1 is invalid; expected None or an int in \[0, 2\*\*32 - 1\]"):
-        SelectorStrategy("random", random_state=-1)
+        SelectorStrategy("random", n_clients=5, random_state=-1)
 
 
 @pytest.mark.parametrize("name", sorted(SelectorStrategy._parameter_constraints))
 def test_every_invalid_parameter_is_refused_at_construction(name):
     bad = invalid_values(SelectorStrategy._parameter_constraints[name])
     assert bad
-    args = {"selector": "random"}
+    args = {"selector": "random", "n_clients": 5}
     for value in bad:
         kw = {**args, name: value}
         selector = kw.pop("selector")
@@ -381,14 +386,14 @@ def test_valid_edge_values_are_accepted():
     SelectorStrategy(fedselect.get_selector("random"), clients_per_round=1, n_clients=1, aggregation=None,
                      query_timeout=1e-3, train_timeout=0.5, connect_timeout=1, random_state=2**32 - 1,
                      partial_weights="as-given")
-    SelectorStrategy("fedcor", random_state=0, aggregation="mean", inner=None)
+    SelectorStrategy("fedcor", n_clients=5, random_state=0, aggregation="mean", inner=None)
 
 
 @pytest.mark.parametrize("change", ["unknown selector", "bad selector parameter", "bad strategy attribute"])
 def test_a_bad_setup_fails_at_start_before_any_message(fed8, change):
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy("random", clients_per_round=2)
+    strategy = SelectorStrategy("random", clients_per_round=2, n_clients=fed8.n_clients)
     if change == "unknown selector":
         strategy.selector, match = "no-such-scheme", "no-such-scheme"
     elif change == "bad selector parameter":
