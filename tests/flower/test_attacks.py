@@ -411,3 +411,21 @@ def test_every_round_is_logged_and_saved_as_it_ends(clients, tmp_path, flwr_log)
     assert all("test-accuracy" in d["evaluation"] for d in lines)
     assert any("3" in d["rejected"] for d in lines)
     assert sum(line.startswith("fedselect round ") for line in flwr_log) == 3
+
+
+@pytest.mark.parametrize("inner", ["FedMedian", "Krum", "FedTrimmedAvg"])
+def test_a_robust_inner_strategy_aggregates_when_the_selection_has_no_weights(clients, inner):
+    """With ``aggregation=None`` and a selection without weights, Flower's robust rules aggregate the local
+    models: one client's 1e6-times update does not wreck them. A selector that returns weights (an unbiased
+    estimator) aggregates with its weights instead, and the inner rule is bypassed (docs/security.rst)."""
+    from flwr.serverapp import strategy as flwr_strategies
+
+    rule = getattr(flwr_strategies, inner)
+    kw = {"num_malicious_nodes": 1} if inner == "Krum" else {"beta": 0.4} if inner == "FedTrimmedAvg" else {}
+    app = hostile(clients.client_app(), {0, 5}, lambda m, r: with_update(r, lambda a: a * 1e6)
+                  if is_update(m) else None)
+    _, _, wrecked, _ = run(clients, app, "round-robin", rounds=5, clients_per_round=5)
+    strategy, _, result, _ = run(clients, app, "round-robin", rounds=5, clients_per_round=5, aggregation=None,
+                                 inner=rule(fraction_evaluate=0.0, min_available_nodes=1, **kw))
+    assert any({0, 5} & set(rec.reported) for rec in strategy.rounds_)  # the liars did report
+    assert accuracy(result, 5) > accuracy(wrecked, 5) + 0.2
