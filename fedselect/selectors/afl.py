@@ -46,7 +46,9 @@ class ActiveFLSelector(BaseSelector):
     The counts are rounded down (the official code's ``int(...)``). If fewer clients
     than the softmax share survive the drop, all survivors are taken and the uniform
     fill covers the rest, so exactly ``n`` distinct clients are always returned. No
-    aggregation weights are returned.
+    aggregation weights are returned. The reported losses are trusted: a client that
+    inflates its loss gets a valuation no honest client reaches (see the Flower strategy's
+    ``loss_clip_quantile`` and the docs' security model).
 
     **Clients that do not answer** a loss query (NaN, see :class:`~fedselect.ClientOracle`)
     keep no valuation and are asked again in the next round; until then they rank lowest

@@ -29,7 +29,9 @@ class PowerOfChoiceSelector(BaseSelector):
     FedCor's experiments [2]_ use d = 2n (d = 10 for n = 5), which is the default. The
     official FedCor code reads the candidates' losses from a full evaluation it runs
     anyway; here the query is explicit so its cost is counted. No aggregation weights
-    are returned (the trainer's rule applies).
+    are returned (the trainer's rule applies). The reported losses are trusted: a client
+    that inflates its loss is chosen whenever it is a candidate (see the Flower
+    strategy's ``loss_clip_quantile`` and the docs' security model).
 
     **Clients that do not answer** the loss query (NaN, see :class:`~fedselect.ClientOracle`)
     rank last among the candidates: the n clients with the largest losses are taken among
