@@ -130,6 +130,19 @@ def record_nbytes(record: Any) -> int:
                for a in record.values())
 
 
+def content_nbytes(content: Any) -> int:
+    """About the bytes a message's content carries: its arrays' data, plus 8 per metric or config value
+    (a list counts its length) and the keys' lengths; nothing is decoded."""
+    n = sum(record_nbytes(r) for r in content.array_records.values())
+    for records in (content.metric_records, content.config_records):
+        for rec in records.values():
+            for key, value in rec.items():
+                n += len(key) + 8 * (len(value) if isinstance(value, list) else 1)
+                if isinstance(value, str | bytes):
+                    n += len(value)
+    return n
+
+
 class ModelLayout:
     """Keys, shapes and dtypes of a model held as an ``ArrayRecord``; flattens its parameters to float32 and back.
 

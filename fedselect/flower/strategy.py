@@ -526,8 +526,9 @@ class SelectorStrategy(Strategy):
         FedAvg-style aggregation and data-size selection, so a liar's weight is bounded by
         this over the others' total: set it near the largest real client.
     max_reply_bytes : int, "auto" or None, default "auto"
-        The most bytes of arrays one reply may carry, checked before decoding; ``"auto"``:
-        four times the model's size plus 1 MiB; None: no limit.
+        The most bytes one reply may carry (its arrays' data, and 8 per metric or config
+        value), counted before decoding; ``"auto"``: four times the model's size plus 1 MiB;
+        None: no limit.
     update_norm_bound : float, optional
         Opt-in bound on update magnitudes: an update whose norm exceeds this multiple of the
         median norm of the updates it is aggregated with (the round's reporters, or a
@@ -1099,9 +1100,9 @@ class SelectorStrategy(Strategy):
                     continue
                 content = msg.content
                 if limit is not None:
-                    size = sum(P.record_nbytes(r) for r in content.array_records.values())
+                    size = P.content_nbytes(content)
                     if size > limit:
-                        raise _BadReply(f"{size} bytes of arrays, above max_reply_bytes={limit}")
+                        raise _BadReply(f"about {size} bytes, above max_reply_bytes={limit}")
                 metrics = content.metric_records.get("metrics")
                 if metrics is not None and P.CLIENT_ID in metrics and metrics[P.CLIENT_ID] != k:
                     raise _BadReply(f"the reply names client {metrics[P.CLIENT_ID]!r}, but node "
