@@ -252,8 +252,8 @@ class ModelLayout:
                             or not np.all(arr == np.round(arr)):
                         raise BadReply(f"fedselect.flower: integer buffer {key!r} ({dtype}) got a difference "
                                        f"of dtype {arr.dtype} that is not a whole number")
-                    if np.any(np.abs(arr) >= 2.0**62):
-                        raise BadReply(f"fedselect.flower: integer buffer {key!r} got a difference beyond int64")
+                if arr.size and (np.any(arr > 2**62) or np.any(arr < -(2**62))):  # compared before any cast
+                    raise BadReply(f"fedselect.flower: integer buffer {key!r} got a difference beyond 2**62")
                 arr = arr.astype(np.int64)
             out[key] = arr
         return out

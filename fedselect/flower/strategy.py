@@ -206,18 +206,28 @@ class FlowerOracle(ClientOracle):
         The values pass the strategy's loss rule (``loss_clip_quantile``, ``loss_clip_history``;
         ``on_global``: losses on w^t, which enter each client's history, rather than a trial model's).
         """
-        ok, values, evaluated = [], [], 0
+        ok, values, evaluated, bad = [], [], 0, []
         for k in ids.tolist():
             if k not in got:
                 continue
             try:
-                value, n = _parse_loss(got[k])
+                value, n = _parse_loss(got[k], float(self._st.max_abs_loss))
             except Exception as exc:
-                _reject(self._led, k, "loss", exc, self._st._rejected)
+                bad.append((k, exc))
                 continue
             ok.append(k)
             values.append(value)
             evaluated += n
+        if not on_global and len(bad) > len(ok):
+            # Most clients could not evaluate the trial model: the model is at fault (built from a hostile
+            # update), not they. Nobody is failed; the trial answers NaN.
+            note = (f"round {self.round}: {len(bad)} of {len(bad) + len(ok)} clients could not evaluate the "
+                    f"trial model (e.g. {_why(bad[0][1])}); the trial answers NaN and nobody is failed")
+            log(ERROR, "fedselect: %s", note)
+            self._st._errors.append(note)
+            return [], [], evaluated
+        for k, exc in bad:
+            _reject(self._led, k, "loss", exc, self._st._rejected)
         return ok, self._st._clip_losses(ok, values, on_global=on_global), evaluated
 
     # -- the oracle -----------------------------------------------------------------
@@ -252,6 +262,11 @@ class FlowerOracle(ClientOracle):
             stacked = stacked[keep]
         theta_trial = _apply(self._theta, stacked, w)
         buffers_trial = self.aggregated_buffers(alive, w)
+        if not np.all(np.isfinite(theta_trial)):
+            note = f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
+            log(ERROR, "fedselect: %s", note)
+            self._st._errors.append(note)
+            return np.full(self.n_clients, np.nan)
         everyone = led.alive(np.arange(self.n_clients))
         answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"},
                                     model=(theta_trial, buffers_trial))
@@ -363,10 +378,10 @@ _BadReply = P.BadReply
 
 #: counts a client reports (steps, sample gradients, samples evaluated) above this are not counts
 _MAX_COUNT = 2**53
-#: a loss whose magnitude exceeds this is not a loss (it would overflow a selector's squares)
-_MAX_ABS_LOSS = 1e30
 #: an update whose squared norm does not fit in float32 (a norm above ~1.8e19) cannot be aggregated
 _MAX_SQ_NORM = float(np.finfo(np.float32).max)
+#: a floating-point buffer (batch norm's statistics) may move by at most this times max(1, |b^t|) in one round
+_BUFFER_STEP = 1e6
 
 
 def _reply_metrics(content: RecordDict) -> Any:
@@ -391,8 +406,8 @@ def _metric_int(metrics: Any, key: str, *, default: int | None = None, minimum: 
     return int(value)
 
 
-def _parse_loss(content: RecordDict) -> tuple[float, int]:
-    """(l_k, samples evaluated) of a loss reply; _BadReply unless the loss is a finite number below 1e30."""
+def _parse_loss(content: RecordDict, max_abs: float = 1e6) -> tuple[float, int]:
+    """(l_k, samples evaluated) of a loss reply; _BadReply unless the loss is a finite number with |l_k| <= max_abs."""
     metrics = _reply_metrics(content)
     if P.LOSS_KEY not in metrics:
         raise _BadReply(f"the reply has no {P.LOSS_KEY!r}")
@@ -401,15 +416,20 @@ def _parse_loss(content: RecordDict) -> tuple[float, int]:
         raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not a number")
     if not np.isfinite(value):
         raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not finite")
-    if abs(float(value)) > _MAX_ABS_LOSS:
-        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is beyond {_MAX_ABS_LOSS:g}")
+    if abs(float(value)) > max_abs:
+        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is beyond max_abs_loss={max_abs:g}")
     return float(value), _metric_int(metrics, P.EVALUATED, default=0)
+
+
+def _text(value: Any, limit: int = 300) -> str:
+    """Text a client sent, safe for a log line: no control characters (a newline cannot forge a log line), cut."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _why(exc: BaseException) -> str:
     """A one-line reason for a log: the message of a BadReply, else the exception's type and message."""
-    text = str(exc) if isinstance(exc, _BadReply) else f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 300 else text[:297] + "..."
+    return _text(str(exc) if isinstance(exc, _BadReply) else f"{type(exc).__name__}: {exc}")
 
 
 def _reject(ledger: RoundLedger, k: int, what: str, exc: BaseException,
@@ -532,9 +552,10 @@ class SelectorStrategy(Strategy):
     update_norm_bound : float, optional
         Opt-in bound on update magnitudes: an update whose norm exceeds this multiple of the
         median norm of the updates it is aggregated with (the round's reporters, or a
-        trial's clients) is rejected or clipped to it (``update_norm_action``), before its
-        weight is applied. Off by default (honest rounds are then aggregated bit for bit as
-        in the simulator); with fewer than three updates it does nothing.
+        trial's clients) and of the updates accepted in the last rounds (at most 50) is
+        rejected or clipped to it (``update_norm_action``), before its weight is applied.
+        Off by default (honest rounds are then aggregated bit for bit as in the simulator);
+        it acts once three norms are known.
     update_norm_action : {"reject", "clip"}, default "reject"
     loss_clip_quantile : float in (0, 1], optional
         Opt-in rule for loss-based selectors: each batch of loss answers (an oracle
@@ -542,9 +563,14 @@ class SelectorStrategy(Strategy):
         to its ``q``-quantile, so one fabricated loss counts no more than the ``q``-quantile
         client of the same batch.
     loss_clip_history : float, optional
-        Opt-in rule: a client's loss on ``w^t`` is clipped from above to this multiple of the
-        median of its own earlier unclipped losses on global models (the last 20); a
-        clipped answer does not enter that history, so a lie cannot raise its own cap.
+        Opt-in rule: a client's loss on ``w^t`` is clipped into [m / f, f m], with f this
+        factor and m the median of its own earlier answers on global models that needed no
+        clipping (the last 20); a clipped answer does not enter that history, so a lie cannot
+        move its own bounds.
+    max_abs_loss : float, default 1e6
+        A loss answer with a larger magnitude is refused (its client fails the round): no
+        training loss is that large, and a selector squaring or differencing it would
+        overflow or be captured by it.
 
     Raises
     ------
@@ -586,6 +612,7 @@ class SelectorStrategy(Strategy):
         "update_norm_action": [StrOptions(["reject", "clip"])],
         "loss_clip_quantile": [None, Interval(Real, 0, 1, closed="right")],
         "loss_clip_history": [None, Interval(Real, 1, None, closed="left")],
+        "max_abs_loss": [Interval(Real, 0, None, closed="neither")],
     }
 
     def _params(self) -> dict[str, Any]:
@@ -611,6 +638,7 @@ class SelectorStrategy(Strategy):
         update_norm_action: str = "reject",
         loss_clip_quantile: float | None = None,
         loss_clip_history: float | None = None,
+        max_abs_loss: float = 1e6,
     ) -> None:
         self.selector = selector
         self.inner = inner
@@ -629,12 +657,15 @@ class SelectorStrategy(Strategy):
         self.update_norm_action = update_norm_action
         self.loss_clip_quantile = loss_clip_quantile
         self.loss_clip_history = loss_clip_history
+        self.max_abs_loss = max_abs_loss
         validate_parameters(self, self._params(), self._parameter_constraints)
         self._inner = inner if inner is not None else FedAvg(fraction_evaluate=0.0, min_available_nodes=1)
         self._node_of: dict[int, int] = {}
         self._client_of: dict[int, int] = {}
         self._n_samples: dict[int, int] = {}
         self._refused: dict[int, str] = {}  # node -> why its hello was refused (not asked again while alive)
+        self._client_of_left: dict[int, int] = {}
+        self._norm_history: list[float] = []  # accepted update norms of earlier rounds (update_norm_bound)
         self._loss_history: dict[int, list[float]] = {}
         self._rejected: dict[int, str] = {}  # this round's rejected replies: client -> reason
         self._errors: list[str] = []  # this round's contained selector errors
@@ -668,6 +699,7 @@ class SelectorStrategy(Strategy):
         self._global_record = arrays
         theta = self._layout.flatten(arrays, "global model")
         buffers = self._layout.buffers(arrays, "global model")
+        self._global_buffers = buffers
         n = int(self.clients_per_round)
         if len(live) < n:
             if not live:
@@ -747,7 +779,7 @@ class SelectorStrategy(Strategy):
                 continue
             try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
                 delta, s, g, buffer_deltas = self._parse_update(content, k)
-                loss = _parse_loss(content) if k in st["need_loss"] else None
+                loss = _parse_loss(content, float(self.max_abs_loss)) if k in st["need_loss"] else None
             except Exception as exc:
                 _reject(led, k, "train", exc, self._rejected)
                 continue
@@ -777,7 +809,7 @@ class SelectorStrategy(Strategy):
         if ask.size:
             st["oracle"].losses(ask)
         keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
-        if self.update_norm_bound is not None and keep.sum() >= 3:  # the opt-in bound, before any weight
+        if self.update_norm_bound is not None and keep.any():  # the opt-in bound, before any weight
             held_ids = ids[keep]
             bounded, ok = self._bound_norms(held_ids, np.stack([np.asarray(led.update(int(k)), dtype=np.float32)
                                                                 for k in held_ids]), led)
@@ -796,6 +828,9 @@ class SelectorStrategy(Strategy):
             return None, None
         stacked = np.stack([clipped[int(k)] if int(k) in clipped else np.asarray(led.update(int(k)), dtype=np.float32)
                             for k in reported])
+        if self.update_norm_bound is not None:  # the reference of later rounds' bounds
+            self._norm_history.extend(np.linalg.norm(stacked.astype(np.float64), axis=1).tolist())
+            del self._norm_history[:-50]
         n_k = np.array([self._n_samples[int(k)] for k in reported], dtype=np.int64)
         if selection.weights is not None:
             weights = reporter_weights(selection.weights, keep, mode=self.partial_weights)
@@ -820,7 +855,9 @@ class SelectorStrategy(Strategy):
             new_theta = self._layout.flatten(agg, "aggregated model")
             w = counts * n_k
             weights = w / w.sum()
-        if not np.all(np.isfinite(new_theta)):
+        new_buffers = st["oracle"].aggregated_buffers(reported, weights)
+        if not np.all(np.isfinite(new_theta)) or not all(
+                np.all(np.isfinite(b)) for b in new_buffers.values() if np.issubdtype(b.dtype, np.floating)):
             # Each update was finite and its squared norm fit in float32, so the sum overflowed: clients'
             # doing, not the server's. The round is dropped; update_norm_bound is what prevents it.
             note = (f"round {t}: the aggregate of clients {reported.tolist()[:20]} is not finite; the round is "
@@ -829,7 +866,6 @@ class SelectorStrategy(Strategy):
             self._errors.append(note)
             self._finish(record, led, st["start"])
             return None, None
-        new_buffers = st["oracle"].aggregated_buffers(reported, weights)
         record.weights = [float(w) for w in weights]
         needs = self.selector_.needs
         feedback = RoundFeedback(
@@ -909,8 +945,15 @@ class SelectorStrategy(Strategy):
                 result.train_metrics_clientapp[server_round] = metrics
             eval_messages = list(self.configure_evaluate(server_round, arrays, evaluate_config, grid))
             if eval_messages:
-                eval_replies = self._exchange(grid, eval_messages, timeout, "evaluate")
-                agg = self.aggregate_evaluate(server_round, eval_replies)
+                eval_replies = self._usable_evaluations(self._exchange(grid, eval_messages, timeout, "evaluate"))
+                try:
+                    agg = self.aggregate_evaluate(server_round, eval_replies) if eval_replies else None
+                except Exception as exc:  # the inner strategy choked on what clients sent: no evaluation
+                    note = f"round {server_round - 1}: the federated evaluation failed ({_why(exc)}); skipped"
+                    log(ERROR, "fedselect: %s", note)
+                    if self.rounds_:
+                        self.rounds_[-1].errors.append(note)
+                    agg = None
                 if agg is not None:
                     result.evaluate_metrics_clientapp[server_round] = agg
                 self.rounds_[-1].traffic["evaluate"] = self._traffic.get("evaluate", Traffic())
@@ -1006,35 +1049,46 @@ class SelectorStrategy(Strategy):
         N = int(self.n_clients) if N is None else N
         nodes = set(int(n) for n in grid.get_node_ids())
         left = [n for n in self._client_of if n not in nodes]
+        self._client_of_left = {n: self._client_of[n] for n in left}
         for node in left:
             k = self._client_of.pop(node)
             if self._node_of.get(k) == node:
                 del self._node_of[k]
             log(WARNING, "fedselect: client %d's node %d has left; client %d is unavailable until it rejoins",
                 k, node, k)
-        if left:  # an id is free again: nodes refused before may claim it now
-            self._refused.clear()
-        for node in [n for n in self._refused if n not in nodes]:
-            del self._refused[node]
+        freed = {self._client_of_left[n] for n in left if n in self._client_of_left}
+        for node, why in list(self._refused.items()):
+            # a node refused for claiming a freed id may claim it now; a node that left is forgotten
+            if node not in nodes or any(why == f"claims client id {k}" or why.startswith(f"claims client id {k},")
+                                        for k in freed):
+                del self._refused[node]
         new = sorted(n for n in nodes if n not in self._client_of and n not in self._refused)
         if not new:
             return
         messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in new]
         replies = self._exchange(grid, messages, self.query_timeout, "hello")
+        limit = self._reply_limit()
         for msg in replies:
+            node = None
             try:
                 node = int(msg.metadata.src_node_id)
                 if node not in new:
                     continue
-                if msg.has_error():
-                    log(INFO, "fedselect: node %d answered hello with an error: %s", node, msg.error.reason)
+                if msg.has_error():  # a node whose app fails (not yet started?) is asked again next round
+                    log(INFO, "fedselect: node %d answered hello with an error: %s", node, _text(msg.error.reason))
                     continue
+                if limit is not None and P.content_nbytes(msg.content) > limit:
+                    raise _BadReply(f"a hello above max_reply_bytes={limit}")
                 m = _reply_metrics(msg.content)
                 k = _metric_int(m, P.CLIENT_ID, maximum=N - 1)
                 n_k = _metric_int(m, P.NUM_EXAMPLES, minimum=1, maximum=int(self.max_num_examples))
-            except Exception as exc:  # the node is not mapped to a client (asked again next round)
-                log(WARNING, "fedselect: node %s sent an unusable hello (%s); ignored",
-                    getattr(msg.metadata, "src_node_id", "?"), _why(exc))
+            except Exception as exc:  # not mapped to a client; not asked again while it stays connected
+                reason = _why(exc)
+                log(WARNING, "fedselect: node %s sent an unusable hello (%s); ignored while it stays connected",
+                    node if node is not None else _text(getattr(getattr(msg, "metadata", None), "src_node_id", "?")),
+                    reason)
+                if node is not None and node in new:
+                    self._refused[node] = f"unusable hello: {reason}"
                 continue
             holder = self._node_of.get(k)
             if holder is not None and holder != node:
@@ -1067,14 +1121,48 @@ class SelectorStrategy(Strategy):
 
     def _count(self, kind: str, messages: Iterable[Message], *, down: bool) -> None:
         tr = self._traffic.setdefault(kind, Traffic())
+        limit = None if down or not hasattr(self, "_layout") else self._reply_limit()
         for m in messages:
-            size = P.message_bytes(m)
+            try:  # a reply above the limit is counted by its content, not serialised again
+                size = P.message_bytes(m) if limit is None or m.has_error() or \
+                    P.content_nbytes(m.content) <= limit else P.content_nbytes(m.content)
+            except Exception:  # a reply that cannot even be sized counts 0 bytes
+                size = 0
             if down:
                 tr.messages_down += 1
                 tr.bytes_down += size
             else:
                 tr.messages_up += 1
                 tr.bytes_up += size
+
+    def _usable_evaluations(self, replies: list[Message]) -> list[Message]:
+        """The evaluate replies the inner strategy may aggregate: from mapped nodes, not errors, below the
+        size limit, with a ``metrics`` record of finite numbers whose ``num-examples`` is a count, all with
+        the key set most of them have (Flower's FedAvg refuses the whole round over one odd reply)."""
+        self._rejected = {}
+        usable = self._valid_replies(replies)
+        good: list[tuple[Message, frozenset[str]]] = []
+        for msg in replies:
+            k = self._client_of.get(int(msg.metadata.src_node_id)) if not msg.has_error() else None
+            if k is None or k not in usable:
+                continue
+            try:
+                metrics = _reply_metrics(msg.content)
+                for key, value in metrics.items():
+                    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                        raise _BadReply(f"{key!r}={value!r} is not a finite number")
+                _metric_int(metrics, P.NUM_EXAMPLES)
+                good.append((msg, frozenset(metrics.keys())))
+            except Exception as exc:
+                log(WARNING, "fedselect: client %d sent an unusable evaluate reply (%s); left out", k, _why(exc))
+        if not good:
+            return []
+        keys = max({ks for _, ks in good}, key=lambda ks: (sum(g == ks for _, g in good), sorted(ks)))
+        for msg, ks in good:
+            if ks != keys:
+                log(WARNING, "fedselect: client %d's evaluate reply has metrics %s, the others %s; left out",
+                    self._client_of[int(msg.metadata.src_node_id)], sorted(ks)[:10], sorted(keys)[:10])
+        return [msg for msg, ks in good if ks == keys]
 
     def _reply_limit(self) -> int | None:
         """The most array bytes one reply may carry (``max_reply_bytes``), None for no limit."""
@@ -1096,7 +1184,7 @@ class SelectorStrategy(Strategy):
                 if k is None:
                     continue
                 if msg.has_error():
-                    log(INFO, "fedselect: client %d answered with an error: %s", k, msg.error.reason)
+                    log(INFO, "fedselect: client %d answered with an error: %s", k, _text(msg.error.reason))
                     continue
                 content = msg.content
                 if limit is not None:
@@ -1134,8 +1222,16 @@ class SelectorStrategy(Strategy):
         if not sq <= _MAX_SQ_NORM:
             raise _BadReply(f"the update's norm {np.sqrt(sq):.3g} is beyond what float32 can aggregate")
         buffer_deltas = self._layout.buffer_deltas(record)
-        if not all(np.all(np.isfinite(d)) for d in buffer_deltas.values() if d.dtype != np.bool_):
-            raise _BadReply("a buffer's update holds NaN or inf")
+        for name, d in buffer_deltas.items():
+            if d.dtype == np.bool_ or not np.issubdtype(d.dtype, np.floating):
+                continue
+            if not np.all(np.isfinite(d)):
+                raise _BadReply(f"buffer {name!r}'s update holds NaN or inf")
+            b = np.asarray(self._global_buffers[name], dtype=np.float64)
+            if np.any(np.abs(d) > _BUFFER_STEP * np.maximum(1.0, np.abs(b))):
+                raise _BadReply(f"buffer {name!r}'s update moves it by more than {_BUFFER_STEP:g} x max(1, |b^t|)")
+            if name.endswith("running_var") and np.any(b + d < 0):
+                raise _BadReply(f"buffer {name!r}'s update makes a variance negative")
         m = _reply_metrics(content)
         steps = _metric_int(m, P.STEPS, default=0)
         return delta, steps, _metric_int(m, P.SAMPLE_GRADIENTS, default=0), buffer_deltas
@@ -1144,15 +1240,21 @@ class SelectorStrategy(Strategy):
                      led: RoundLedger) -> tuple[np.ndarray, np.ndarray]:
         """``update_norm_bound`` applied to the updates ``stacked`` of clients ``ids`` aggregated together.
 
-        Returns the updates (rows clipped to the bound under ``"clip"``) and a mask of the rows
-        kept; under ``"reject"`` the others' clients are marked failed for the round, with a
-        warning. Does nothing when the bound is off or fewer than three updates are aggregated.
+        The median is over these updates' norms and the accepted norms of the last rounds (at
+        most 50), so the bound also acts in rounds of one or two clients, once three norms are
+        known. Returns the updates (rows clipped to the bound under ``"clip"``) and a mask of
+        the rows kept; under ``"reject"`` the others' clients are marked failed for the round,
+        with a warning. Does nothing when the bound is off.
         """
         keep = np.ones(len(ids), dtype=bool)
-        if self.update_norm_bound is None or len(ids) < 3:
+        if self.update_norm_bound is None:
             return stacked, keep
         norms = np.linalg.norm(stacked.astype(np.float64), axis=1)
-        bound = float(self.update_norm_bound) * float(np.median(norms))
+        reference = np.concatenate([norms, self._norm_history])
+        if reference.size < 3:
+            return stacked, keep
+        median = float(np.median(reference))
+        bound = float(self.update_norm_bound) * median
         over = np.flatnonzero(norms > bound)
         if not over.size:
             return stacked, keep
@@ -1165,7 +1267,7 @@ class SelectorStrategy(Strategy):
             return stacked, keep
         for i in over.tolist():
             exc = _BadReply(f"update norm {norms[i]:.3g} above {float(self.update_norm_bound):g} x the median "
-                            f"{float(np.median(norms)):.3g}")
+                            f"{median:.3g}")
             _reject(led, int(ids[i]), "update", exc, self._rejected)
             keep[i] = False
         return stacked, keep
@@ -1177,15 +1279,17 @@ class SelectorStrategy(Strategy):
             vals = np.minimum(vals, np.quantile(vals, float(self.loss_clip_quantile)))
         if not on_global:
             return vals.tolist()
+        raw = np.asarray(values, dtype=np.float64)
         for i, k in enumerate(ids):
             past = self._loss_history.setdefault(int(k), [])
-            cap = float(self.loss_clip_history) * float(np.median(past)) \
-                if past and self.loss_clip_history is not None else np.inf
-            if vals[i] > cap:
-                vals[i] = cap  # a clipped answer does not enter the history: a liar cannot ratchet its cap up
-            else:
-                past.append(float(vals[i]))
-                del past[:-20]
+            if past and self.loss_clip_history is not None:
+                f, m = float(self.loss_clip_history), float(np.median(past))
+                low, high = (m / f, m * f) if m >= 0 else (m * f, m / f)
+                if not low <= raw[i] <= high:  # clipped: kept out of the history, a lie cannot move its bounds
+                    vals[i] = min(max(vals[i], low), high)
+                    continue
+            past.append(float(raw[i]))  # the answer as given (before the quantile rule)
+            del past[:-20]
         return vals.tolist()
 
     def _rule_weights(self, selection: Selection) -> np.ndarray:
