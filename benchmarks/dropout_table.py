@@ -22,6 +22,7 @@ import numpy as np
 from fedselect.cli import main as fedselect_main
 from fedselect.compare import holm, load_comparison, paired_summary
 
+PINNED = {"hcsfed": "cohesion=pairwise-sum,kmeans_n_init=10"}
 SCHEMES = ["random", "round-robin", "data-size", "power-of-choice", "afl", "fedcor", "hcsfed", "ldcs", "clustered",
            "ocs"]
 TARGET = 0.85  # the digits-quick preset's target
@@ -42,7 +43,9 @@ def main(argv=None) -> int:
     dirs = {}
     for d in (0.0, args.dropout):
         dirs[d] = out / f"dropout-{d:g}"
-        fedselect_main(["compare", "--preset", "digits-quick", "--selectors", *SCHEMES, "--seeds",
+        # The stored runs ran HCSFed's defaults of their day (all-pairs cohesion, 10 k-means runs): pinned here.
+        specs = [f"{s}={s}:{PINNED[s]}" if s in PINNED else s for s in SCHEMES]
+        fedselect_main(["compare", "--preset", "digits-quick", "--selectors", *specs, "--seeds",
                         *map(str, args.seeds), "--dropout", str(d), "--paired", "random", "--no-progress", "--compress",
                         "--out", str(dirs[d])])
     base, _ = load_comparison(dirs[0.0], TARGET, labels=SCHEMES)

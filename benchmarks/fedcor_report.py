@@ -38,7 +38,10 @@ except ImportError:  # imported as benchmarks.fedcor_report
 
 ROOT = Path(__file__).resolve().parent / "results"
 SETTINGS = ("2spc", "1spc", "dir")
-METHODS = ("Random", "AFL", "Pow-d", "FedCor")
+PAPER_METHODS = ("Random", "AFL", "Pow-d", "FedCor")  # the paper's Table 1 rows
+# Extra rows of the presets, shown where their runs exist: "FedCor (2022 code)" is the official code of July 2022
+# (fedselect.selectors.fedcor.CODE_2022), the code behind the paper's Table 1.
+METHODS = (*PAPER_METHODS, "FedCor (2022 code)")
 
 
 def _command(argv: list[str] | None) -> str:
@@ -96,18 +99,29 @@ def main() -> None:
             continue
         comp, cells = load_comparison(run_dir, preset.target, labels=METHODS, paper=preset.paper,
                                       title=preset.description.split(":")[0])
+        methods = [m for m in METHODS if m in PAPER_METHODS or comp.histories.get(m) or comp.failed.get(m)]
+        comp = _only(comp, methods)
         every_cell += cells
         paper = ", ".join(f"{k} {v}" for k, v in preset.paper.items())
         holds.append(what_holds(comp, "FedCor", setting=f"{setting.upper()} (rounds to {preset.target:.0%})",
-                                claim=f"FedCor needs the fewest rounds ({paper})."))
+                                claim=f"FedCor needs the fewest rounds ({paper}).",
+                                baselines=[m for m in PAPER_METHODS if m != "FedCor"]))
         lines += [f"## {setting.upper()}, target {preset.target:.0%}", "", preset.description, "",
                   comp.to_markdown(), ""]
+        extra = [m for m in preset.selectors if m not in methods]
+        if extra:
+            lines += [f"Not run yet (pending a rerun: `fedselect reproduce {name} --out benchmarks/results/{name}` "
+                      f"resumes and runs only these rows): {', '.join(extra)}.", ""]
         if comp.histories.get("FedCor"):
             lines += ["FedCor against each scheme, paired by seed (rounds to the target of the scheme minus "
                       "FedCor's on the same seed; positive: FedCor faster; a run that never reached it counts as "
                       "501; p: two-sided Wilcoxon signed-rank test; p (Holm): adjusted over the three comparisons):",
                       "",
-                      comp.paired_markdown("FedCor"), ""]
+                      _only(comp, PAPER_METHODS).paired_markdown("FedCor"), ""]
+        if comp.histories.get("FedCor") and comp.histories.get("FedCor (2022 code)"):
+            lines += ["The paper's reading (FedCor) against the 2022 code, paired by seed (positive: the 2022 code "
+                      "faster):", "", _only(comp, ["FedCor", "FedCor (2022 code)"]).paired_markdown(
+                          "FedCor (2022 code)"), ""]
         res = {k: [v[s] for s in sorted(v)] for k, v in comp.histories.items() if v}
         if res:
             from fedselect.plotting import plot_accuracy, plot_communication, plot_selection_frequency
@@ -131,7 +145,7 @@ def main() -> None:
                   "| method | seed | rounds to target | final acc | seconds | CPU | commit | command |",
                   "|---|---|---|---|---|---|---|---|"]
         have = {(c["label"], int(c["seed"])): c for c in cells}
-        for m in METHODS:
+        for m in methods:
             for seed in preset.seeds:
                 c = have.get((m, seed))
                 if c is None:
@@ -152,6 +166,14 @@ def main() -> None:
     lines = head + lines
     (out / "REPORT.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _only(comp, labels):
+    """``comp`` with the rows ``labels`` only, in that order."""
+    return type(comp)(histories={k: comp.histories.get(k, {}) for k in labels}, target=comp.target,
+                      n_clients=comp.n_clients, out_dir=comp.out_dir,
+                      paper={k: v for k, v in comp.paper.items() if k in labels}, title=comp.title,
+                      failed={k: v for k, v in comp.failed.items() if k in labels})
 
 
 def _variants() -> list[str]:

@@ -61,16 +61,47 @@ def _command(argv: list[str] | None) -> str:
     return " ".join([Path(argv[0]).name, *argv[1:]]) if argv else ""
 
 
+# The recorded runs' row labels (their file names) -> what the report calls them: what each row ran. "As printed"
+# is kept for Algorithm 2, line 15's weights with the default cohesion (the hcsfed-fmnist-q<q>-readings presets).
+LABELS = {
+    "HCSFed": "HCSFed unbiased (our reading), cohesion=pairwise-sum (10 k-means runs)",
+    "HCSFed (cohesion=std)": "HCSFed unbiased (our reading), cohesion=std (10 k-means runs)",
+    "HCSFed (line-15 weights)": "HCSFed line-15 weights, cohesion=pairwise-sum (10 k-means runs)",
+    "HCSFed (k-means++ start)": "HCSFed unbiased (our reading), cohesion=pairwise-sum (10 k-means++ runs)",
+    "HCSFed (uniform_mix = 0.1)": "HCSFed unbiased (our reading), cohesion=pairwise-sum, uniform_mix=0.1 "
+                                  "(10 k-means runs)",
+}
+HCSFED = LABELS["HCSFed"]  # the reference row of the paper's claim
+_PAPER_NAMES = {v: k for k, v in LABELS.items()}  # the paper's own row names, for its figures
+HCSFED_STD = LABELS["HCSFed (cohesion=std)"]
+
 ROWS_NOTE = (
     "Rows: Random; Importance = the norm-based optimal client sampling of Chen et al. "
     "(`ocs`), the paper's importance row; Importance-size = sampling by data size (extra row); Cluster = "
     "Fraboni et al.'s clustered sampling by update similarity (`clustered`, `method=\"similarity\"`, their "
     "Algorithm 2, the scheme the paper compares against); Cluster-size (Alg. 1) = their clustering by data size "
-    "(extra row); HCSFed (`hcsfed`, H = 5, R = 5 %, grouping compressor); HCSFed (cohesion=std) = the same with "
-    "S_h read as the within-cluster standard deviation of the update norms, the Neyman allocation the paper's "
-    "Theorem 1 needs (extra row). The first lines test the paper's claim against its own rows (Random, "
+    "(extra row). HCSFed rows (`hcsfed`, H = 5, R = 5 %, grouping compressor) are named for what they ran: "
+    "\"unbiased (our reading)\" = each chosen client weighted p_k / pi_k (`weighting=\"inclusion\"`; "
+    "Algorithm 2, line 15 prints (N/m) omega_k, which \"line-15 weights\" runs); \"cohesion=\" = the reading of "
+    "S_h in Eq. 5: `pairwise-sum` = the sum over all ordered pairs divided by N_h - 1 (the runs' default then, "
+    "named \"paper\"; it counts cluster size twice), `std` = the within-cluster standard deviation of the "
+    "compressed updates (the Neyman allocation under which the paper's Eq. 8 and Theorem 1 hold). Every HCSFed "
+    "row here rounds the shares of Eq. 5 systematically (the paper is silent on rounding) and keeps the best of "
+    "10 k-means runs per round (Algorithm 1 is one run; these runs predate the parameter). The rows \"as printed\" "
+    "(line-15 weights, the default cohesion std, one k-means run) and the other readings, each named for what it "
+    "runs, are the hcsfed-fmnist-q<q>-readings presets (calibrated setting), not run yet: pending a rerun. "
+    "The first lines test the paper's claim, with the pairwise-sum row as HCSFed, against its own rows (Random, "
     "Importance, Cluster) only."
 )
+
+
+def _relabel(comp, cells: list[dict]):
+    """The comparison and cells with the recorded labels replaced by :data:`LABELS`' names."""
+    name = lambda label: LABELS.get(label, label)  # noqa: E731
+    comp = type(comp)(histories={name(k): v for k, v in comp.histories.items()}, target=comp.target,
+                      n_clients=comp.n_clients, out_dir=comp.out_dir, paper={name(k): v for k, v in comp.paper.items()},
+                      title=comp.title, failed={name(k): v for k, v in comp.failed.items()})
+    return comp, [c | {"label": name(c["label"])} for c in cells]
 
 
 def _load(root: Path, preset_name: str) -> tuple[dict, dict]:
@@ -81,18 +112,18 @@ def _load(root: Path, preset_name: str) -> tuple[dict, dict]:
         run_dir = root / f"q{q}"
         if not (run_dir / "runs").exists():
             continue
-        comps[q], all_cells[q] = load_comparison(run_dir, preset.target, labels=list(preset.selectors),
-                                                 paper=preset.paper, title=preset.description)
+        comps[q], all_cells[q] = _relabel(*load_comparison(run_dir, preset.target, labels=list(preset.selectors),
+                                                           paper=preset.paper, title=preset.description))
     return comps, all_cells
 
 
 def _what_holds(comps: dict) -> list[str]:
     out = []
     for q, comp in comps.items():
-        paper = ", ".join(f"{k} {v}" for k, v in comp.paper.items())
-        out.append(what_holds(comp, "HCSFed", setting=f"q = {q} (rounds to 80 %)",
+        paper = ", ".join(f"{_PAPER_NAMES.get(k, k)} {v}" for k, v in comp.paper.items())
+        out.append(what_holds(comp, HCSFED, setting=f"q = {q} (rounds to 80 %)",
                               claim=f"HCSFed needs the fewest rounds ({paper}).",
-                              baselines=[k for k in comp.paper if k != "HCSFed"]))
+                              baselines=[k for k in comp.paper if k != HCSFED]))
     return out
 
 
@@ -119,12 +150,22 @@ def _rounds_table(comps: dict, labels: list[str], preset_name: str = "hcsfed-fmn
         row = [label]
         for q in QS:
             if q not in comps:
-                row += ["missing", get_preset(preset_name.format(q=q)).paper.get(label, "-")]
+                row += ["missing", _paper(get_preset(preset_name.format(q=q)), label)]
                 continue
             cell = _cell(comps[q], label)
             row += [cell or "missing", comps[q].paper.get(label, "-")]
         lines.append("| " + " | ".join(row) + " |")
     return lines
+
+
+def _paper(preset, label: str) -> str:
+    """The paper's figure for the row the report calls ``label``."""
+    return {LABELS.get(k, k): v for k, v in preset.paper.items()}.get(label, "-")
+
+
+def _labels(preset_name: str) -> list[str]:
+    """The rows of a preset, as the report names them."""
+    return [LABELS.get(k, k) for k in get_preset(preset_name).selectors]
 
 
 def _costs(comps: dict, labels: list[str]) -> list[str]:
@@ -197,7 +238,7 @@ def main() -> None:
         "",
     ]
     comps, all_cells = _load(ROOT, "hcsfed-fmnist-q{q}")
-    labels = list(get_preset("hcsfed-fmnist-q0.1").selectors)
+    labels = _labels("hcsfed-fmnist-q0.1")
     head = ["# HCSFed Table 1 (Fashion-MNIST): what reproduces and what does not", ""]
     head += _what_holds(comps)
     head += ["", provenance([c for cells in all_cells.values() for c in cells]), ""]
@@ -206,7 +247,7 @@ def main() -> None:
     # Extra HCSFed rows: the runs made before the default became Algorithm 1's random start
     # (kmeanspp/), and the defensive mixture that keeps zero-cohesion clusters (uniform-mix/).
     for sub, label in (("kmeanspp", "HCSFed (k-means++ start)"), ("uniform-mix", "HCSFed (uniform_mix = 0.1)")):
-        extra = [label]
+        extra = [LABELS[label]]
         for q in QS:
             run_dir = ROOT / sub / f"q{q}"
             row = None
@@ -224,10 +265,10 @@ def main() -> None:
     lines += [
         "",
         f"Mean ± std (population) over seeds {seeds}; the paper reports one figure per cell. HCSFed's k-means "
-        "starts from H random clients (Algorithm 1, line 1); the row *k-means++ start* is the same scheme with "
+        "starts from H random clients (Algorithm 1, line 1); the row *k-means++ runs* is the same scheme with "
         "k-means++ starts (`kmeans_init=\"k-means++\"`, the default before 2026-11-22, runs kept in "
         "`kmeanspp/`), which favours outlying clients as starting centres. The row "
-        "*uniform_mix = 0.1* is HCSFed with 10 % of the places shared by cluster size (`uniform_mix=0.1`, runs in "
+        "*uniform_mix=0.1* is the same with 10 % of the places shared by cluster size (`uniform_mix=0.1`, runs in "
         "`uniform-mix/`), so that no cluster gets zero places and the aggregate is unbiased over every client; "
         "0.1 was fixed before running, not tuned.",
         "",
@@ -320,7 +361,7 @@ def calibrated() -> None:
     """Write ``hcsfed-calibrated/REPORT.md``: the calibrated table, beside the base setting's."""
     comps, all_cells = _load(CALIBRATED, "hcsfed-fmnist-q{q}-calibrated")
     base, _ = _load(ROOT, "hcsfed-fmnist-q{q}")
-    labels = list(get_preset("hcsfed-fmnist-q0.1-calibrated").selectors)
+    labels = _labels("hcsfed-fmnist-q0.1-calibrated")
     p = get_preset("hcsfed-fmnist-q0.1-calibrated")
     b = get_preset("hcsfed-fmnist-q0.1")
     fed, tr = p.federation, p.trainer
@@ -366,7 +407,7 @@ def calibrated() -> None:
         for q in QS:
             row += [(_cell(base[q], label) if q in base else None) or "missing",
                     (_cell(comps[q], label) if q in comps else None) or "not run",
-                    get_preset(f"hcsfed-fmnist-q{q}").paper.get(label, "-")]
+                    _paper(get_preset(f"hcsfed-fmnist-q{q}"), label)]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     lines += _costs(comps, labels)
@@ -398,11 +439,11 @@ def _variants(comps: dict, not_reached: int) -> list[str]:
         if q not in comps or not (run_dir / "runs").exists():
             continue
         preset = get_preset(f"hcsfed-fmnist-q{q}-calibrated")
-        var, cells = load_comparison(run_dir, preset.target)
+        var, cells = _relabel(*load_comparison(run_dir, preset.target))
         if not var.histories and not var.failed:
             continue
         base = comps[q]
-        keep = ["Random", "Importance (OCS)", "Cluster", "HCSFed", "HCSFed (cohesion=std)"]
+        keep = ["Random", "Importance (OCS)", "Cluster", HCSFED, HCSFED_STD]
         merged = type(base)(histories={**{k: base.histories[k] for k in keep if k in base.histories},
                                        **var.histories},
                             target=base.target, n_clients=base.n_clients,
@@ -413,9 +454,19 @@ def _variants(comps: dict, not_reached: int) -> list[str]:
         out += [f"## Other readings of HCSFed, q = {q}", "",
                 f"Run with `{'`, `'.join(commands)}` (commit {', '.join(commits)}; "
                 f"{'; '.join(cpus)}); the other rows are the table's above (commit of the table). "
-                "\"HCSFed (line-15 weights)\" = `weighting=\"paper\"`: each chosen client weighted (N/m) omega_k as "
-                "Algorithm 2, line 15 prints it, in place of the unbiased p_k / pi_k.", "",
+                "\"line-15 weights\" and \"as printed\" = `weighting=\"paper\"`: each chosen client weighted "
+                "(N/m) omega_k as Algorithm 2, line 15 prints it, in place of the unbiased p_k / pi_k; \"as printed\" "
+                "rows also take the default cohesion (std) and one k-means run (the "
+                "hcsfed-fmnist-q<q>-readings presets, whose notes name every row). Every row rounds the shares "
+                "systematically. A command that leaves out `cohesion` or `kmeans_n_init` ran the defaults of its "
+                "time, cohesion=pairwise-sum and 10 k-means runs, as the row's label says; it now means the new "
+                "defaults (std, one k-means run), so rerunning it into this folder is refused as other settings.", "",
                 merged.to_markdown(), ""]
+        pending = [k for k in get_preset(f"hcsfed-fmnist-q{q}-readings").selectors
+                   if not var.histories.get(k) and not var.failed.get(k)]
+        if pending:
+            out += [f"Not run yet (pending a rerun: `fedselect reproduce hcsfed-fmnist-q{q}-readings --out "
+                    f"benchmarks/results/hcsfed-calibrated/variants/q{q}`): {'; '.join(pending)}.", ""]
         for label in var.histories:
             if var.histories[label] or var.failed.get(label):
                 out += [f"{label} against each row, paired by seed (a run that did not reach 80 % or diverged "
@@ -440,9 +491,9 @@ def _paired(comps: dict, not_reached: int = PAPER_ROUNDS + 1) -> list[str]:
         "",
     ]
     for q, comp in comps.items():
-        for ref in ("HCSFed", "HCSFed (cohesion=std)"):
+        for ref in (HCSFED, HCSFED_STD):
             if comp.histories.get(ref) or comp.failed.get(ref):
-                title = f"q = {q}" + ("" if ref == "HCSFed" else f", {ref} as the reference")
+                title = f"q = {q}" + ("" if ref == HCSFED else f", {ref} as the reference")
                 out += [f"{title}:", "", comp.paired_markdown(ref, not_reached=not_reached, diverged="not-reached"),
                         ""]
     return out

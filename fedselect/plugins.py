@@ -601,11 +601,44 @@ class SelectorSpec:
         ``module:qualname`` with the built selector's ``get_params()`` made JSON-safe (without the
         parameters added after runs were recorded, at their original default: see
         :meth:`fedselect.BaseSelector.identifying_params`).
+
+        A default that changed after runs were recorded by name would otherwise give a spec
+        that relies on it the key of runs that ran the old one. A selector class lists such
+        parameters in ``_recorded_defaults`` (name -> the values the recorded runs ran when they
+        left it out, e.g. HCSFed's ``{"cohesion": ("pairwise-sum", "paper"), "kmeans_n_init":
+        (10,)}``); for a name, a parameter given at one of those values is left out (the
+        recorded runs keep their keys) and one not given is written at its current default
+        (a spec that relies on the new default gets a new key).
         """
         if self.name is not None:
-            return {"selector": self.name, "params": dict(self.params)}
+            return {"selector": self.name, "params": _with_recorded_defaults(self.cls, self.params)}
         return {"selector": f"{self.cls.__module__}:{self.cls.__qualname__}",
                 "params": _json_safe(self.build().identifying_params())}
+
+
+def _recorded_defaults(cls: type) -> dict[str, tuple[Any, ...]]:
+    """``_recorded_defaults`` merged over the class hierarchy (subclasses win): see :meth:`SelectorSpec.settings`."""
+    merged: dict[str, tuple[Any, ...]] = {}
+    for klass in reversed(cls.__mro__):
+        merged.update(klass.__dict__.get("_recorded_defaults", {}))
+    return merged
+
+
+def _with_recorded_defaults(cls: type, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as a named spec records them: see :meth:`SelectorSpec.settings`."""
+    out = dict(params)
+    recorded = _recorded_defaults(cls)
+    if not recorded:
+        return out
+    defaults = _param_defaults(cls)
+    for name, old in recorded.items():
+        if name in out:
+            value = _json_safe(out[name])
+            if any(type(value) is type(v) and value == v for v in old):
+                del out[name]
+        elif name in defaults and not any(_same(defaults[name], v) for v in old):
+            out[name] = defaults[name]
+    return out
 
 
 def _param_defaults(cls: type) -> dict[str, Any]:

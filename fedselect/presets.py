@@ -13,6 +13,12 @@ from typing import Any
 
 __all__ = ["PRESETS", "Preset", "get_preset", "list_presets"]
 
+# The official FedCor code of July 2022 (commit 8ce23fb) in the parameters where it differs from the paper's
+# reading; a copy of fedselect.selectors.fedcor.CODE_2022 (this module imports no selector), checked equal by
+# tests/selectors/test_fedcor_2022.py.
+FEDCOR_2022_CODE: dict[str, Any] = {"theta": 0.8, "gp_history": "latest", "posterior_noise": True,
+                                    "warmup_fit_start": 10, "anneal_before_fit_start": True}
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -74,15 +80,24 @@ def _fedcor_fmnist(
             "AFL": ("afl", {}),
             "Pow-d": ("power-of-choice", {"d": 2 * c}),
             "FedCor": ("fedcor", {"warmup_rounds": 15, "gp_interval": 10, "beta": 0.95, "theta": 0.9}),
+            # The code behind the paper's Table 1 (fedselect.selectors.fedcor.CODE_2022 with its FMNIST command)
+            "FedCor (2022 code)": ("fedcor", {"warmup_rounds": 15, "gp_interval": 10, "beta": 0.95,
+                                              **FEDCOR_2022_CODE}),
         },
         seeds=tuple(range(10)),  # rounds to target vary widely with the seed
         target=target,
         paper=paper,
         notes="Official-code details: dropout 0.5 after each hidden layer, 3 local epochs of batch 64 over each "
-        "client's first 80 %, client losses measured on the other 20 %, plain-mean aggregation (Eq. 4)."
+        "client's first 80 %, client losses measured on the other 20 %, plain-mean aggregation (Eq. 4). 'FedCor' is "
+        "the paper's reading (appendix C's theta = 0.9, Algorithm 1 as printed); 'FedCor (2022 code)' is the "
+        "official code of July 2022 that produced Table 1 (theta 0.8, noisy posterior, the GP fitted from round 10, "
+        "warm-up picks annealed: fedselect.selectors.fedcor.CODE_2022)."
         + (" " + note if note else ""),
     )
 
+
+# HCSFed's settings shared by every HCSFed row: H = 5, R = 5 %, k-means from H random clients (Algorithm 1, line 1).
+_HCSFED: dict[str, Any] = {"n_clusters": 5, "compression_rate": 0.05, "kmeans_init": "random"}
 
 PRESETS: dict[str, Preset] = {
     "digits-skew": Preset(
@@ -189,6 +204,8 @@ PRESETS: dict[str, Preset] = {
             "AFL": ("afl", {}),
             "Pow-d": ("power-of-choice", {"d": 10}),
             "FedCor": ("fedcor", {"warmup_rounds": 20, "gp_interval": 50, "beta": 0.9, "theta": 0.99}),
+            "FedCor (2022 code)": ("fedcor", {"warmup_rounds": 20, "gp_interval": 50, "beta": 0.9,
+                                              **FEDCOR_2022_CODE, "theta": 0.97}),
         },
         seeds=(0, 1, 2, 3, 4),
         target=0.62,
@@ -312,9 +329,10 @@ PRESETS: dict[str, Preset] = {
                 "Importance-size": ("data-size", {}),
                 "Cluster": ("clustered", {"method": "similarity"}),
                 "Cluster-size (Alg. 1)": ("clustered", {}),
-                "HCSFed": ("hcsfed", {"n_clusters": 5, "compression_rate": 0.05, "kmeans_init": "random"}),
-                "HCSFed (cohesion=std)": ("hcsfed", {"n_clusters": 5, "compression_rate": 0.05,
-                                                     "kmeans_init": "random", "cohesion": "std"}),
+                # The readings the recorded tables ran, pinned: the defaults moved to cohesion="std" and one k-means
+                # run after those runs (a rerun into their folders is refused as "other settings", never mixed).
+                "HCSFed": ("hcsfed", {**_HCSFED, "cohesion": "pairwise-sum", "kmeans_n_init": 10}),
+                "HCSFed (cohesion=std)": ("hcsfed", {**_HCSFED, "cohesion": "std", "kmeans_n_init": 10}),
             },
             seeds=tuple(range(10)),  # HCSFed and OCS runs vary widely with the seed (and the CPU): see the report
             target=0.8,
@@ -334,8 +352,13 @@ PRESETS: dict[str, Preset] = {
             "is the norm-based optimal client sampling of Chen et al. (our 'ocs'); 'Importance-size' (data-size "
             "sampling) is an extra row. 'Cluster' is Fraboni et al.'s Algorithm 2 (clustering by update "
             "similarity), the scheme the paper compares against; 'Cluster-size (Alg. 1)' (clustering by data size) "
-            "is an extra row. 'HCSFed (cohesion=std)' reads S_h as the within-cluster standard deviation of the "
-            "update norms, the Neyman allocation that the paper's Theorem 1 needs. "
+            "is an extra row. Both HCSFed rows weight each chosen client p_k / pi_k (unbiased, our reading; "
+            "Algorithm 2, line 15 prints (N/m) omega_k), round the shares of Eq. 5 systematically (the paper is "
+            "silent) and keep the best of 10 k-means runs (Algorithm 1 is one run); 'HCSFed' reads S_h as the sum over "
+            "all ordered pairs divided by N_h - 1 (cohesion='pairwise-sum', which counts cluster size twice), "
+            "'HCSFed (cohesion=std)' as the within-cluster standard deviation of the compressed updates, the Neyman "
+            "allocation under which the paper's Eq. 8 and Theorem 1 hold. The rows named for each reading are in the "
+            "hcsfed-fmnist-q<q>-readings presets. "
             "HCSFed and OCS have every client train every round (see the costs). "
             "The paper's SCAFFOLD row is an optimiser, not a selector, and is left out. Runs stop at the target.",
         )
@@ -420,6 +443,57 @@ def _hcsfed_calibrated(base: Preset) -> Preset:
 
 PRESETS.update({f"{name}-calibrated": _hcsfed_calibrated(PRESETS[name])
                 for name in ("hcsfed-fmnist-q0.1", "hcsfed-fmnist-q0.3", "hcsfed-fmnist-q0.5")})
+
+#: The readings of HCSFed that Algorithm 2 leaves open, each row named for what it runs: the aggregation weights
+#: ("as printed": Algorithm 2, line 15's (N/m) omega_k; "unbiased (our reading)": p_k / pi_k), the cohesion S_h of
+#: Eq. 5 (std, the default; mean-pairwise; pairwise-sum) and, for the unbiased weights, a floor on the shares
+#: (uniform_mix = 0.1). Every parameter that makes a reading is pinned, so a later change of a default never moves
+#: what a row means. See :func:`_hcsfed_readings`.
+HCSFED_READINGS: dict[str, dict[str, Any]] = {
+    **{f"HCSFed as printed{'' if c == 'std' else f', cohesion={c}'}":
+       {"weighting": "paper", "cohesion": c, "uniform_mix": 0.0} for c in ("std", "mean-pairwise", "pairwise-sum")},
+    **{f"HCSFed unbiased (our reading){'' if c == 'std' else f', cohesion={c}'}":
+       {"weighting": "inclusion", "cohesion": c, "uniform_mix": 0.0} for c in ("std", "mean-pairwise", "pairwise-sum")},
+    **{f"HCSFed unbiased (our reading){'' if c == 'std' else f', cohesion={c}'}, uniform_mix=0.1":
+       {"weighting": "inclusion", "cohesion": c, "uniform_mix": 0.1} for c in ("std", "mean-pairwise", "pairwise-sum")},
+}
+
+
+def _hcsfed_readings(calibrated: Preset) -> Preset:
+    """``calibrated`` (an ``hcsfed-fmnist-q<q>-calibrated`` preset) with the rows of :data:`HCSFED_READINGS`.
+
+    The federation, trainer, seeds, target and paper figures are the calibrated preset's; the rows are HCSFed
+    only (the baselines are the calibrated table's, on the same seeds). Every row: H = 5, R = 5 %, the grouping
+    compressor, one k-means run from H random clients (Algorithm 1), systematic rounding of the shares (the
+    paper says nothing about rounding).
+    """
+    q = calibrated.trainer["clients_per_round"] / calibrated.federation["n_clients"]
+    rows = {label: ("hcsfed", {**_HCSFED, "kmeans_n_init": 1, "rounding": "systematic", **reading})
+            for label, reading in HCSFED_READINGS.items()}
+    return replace(
+        calibrated,
+        name=calibrated.name.replace("-calibrated", "-readings"),
+        description=f"HCSFed's readings in the calibrated setting of {calibrated.name} (q = {q:g}): line-15 or "
+        "unbiased weights x the three cohesions of Eq. 5, and the unbiased weights with a floor on the shares.",
+        selectors=rows,
+        paper={},
+        notes="Rows: 'as printed' = Algorithm 2, line 15's weights (N/m) omega_k (weighting='paper'); 'unbiased (our "
+        "reading)' = p_k / pi_k (weighting='inclusion'), an unbiased estimate of full participation; 'cohesion=' = "
+        "the reading of S_h in Eq. 5 (std, the within-cluster standard deviation of the compressed updates, when not "
+        "named; mean-pairwise; pairwise-sum, all ordered pairs over N_h - 1); 'uniform_mix=0.1' = 10 % of the places "
+        "shared by cluster size, a floor on every share that bounds the unbiased weights (the unbiased weights "
+        "without it reach hundreds of times a client's data share when Eq. 5 gives a cluster a share near 0). "
+        "Every row: H = 5, R = 5 %, grouping compressor, one k-means run from H random clients (Algorithm 1), "
+        "systematic rounding of the shares (the paper does not say how shares are rounded). The baselines are the "
+        f"calibrated table's ({calibrated.name}, whose notes give the setting); write these runs in "
+        "benchmarks/results/hcsfed-calibrated/variants/q<q>, which benchmarks/hcsfed_report.py reads and sets "
+        "beside that table's rows of the same seeds.",
+    )
+
+
+PRESETS.update({name.replace("-calibrated", "-readings"): _hcsfed_readings(PRESETS[name])
+                for name in ("hcsfed-fmnist-q0.1-calibrated", "hcsfed-fmnist-q0.3-calibrated",
+                             "hcsfed-fmnist-q0.5-calibrated")})
 
 
 def list_presets() -> list[str]:

@@ -13,10 +13,10 @@ from sklearn.utils import check_random_state
 
 from .._validation import Interval, StrOptions
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param
 from . import _gp
 
-__all__ = ["FedCorSelector", "FitRecord", "LossChangeRecord"]
+__all__ = ["CODE_2022", "FedCorSelector", "FitRecord", "LossChangeRecord"]
 
 SCHEDULES = ("paper", "readme2023")
 GP_HISTORIES = ("rounds", "latest")
@@ -25,6 +25,16 @@ GP_HISTORIES = ("rounds", "latest")
 README2023_WARMUP_ITERS = 1000
 README2023_WINDOW = 100
 README2023_DISCOUNT = 0.95
+#: The official code of July 2022 (commit 8ce23fb, the code behind the paper's Table 1) run with its README's
+#: FMNIST command, in the parameters that differ from the defaults: ``FedCorSelector(**CODE_2022)``. Its CIFAR-10
+#: command also sets ``warmup_rounds=20, gp_interval=50, beta=0.9, theta=0.97``.
+CODE_2022: dict[str, Any] = {
+    "theta": 0.8,
+    "gp_history": "latest",
+    "posterior_noise": True,
+    "warmup_fit_start": 10,
+    "anneal_before_fit_start": True,
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,15 +95,15 @@ class FedCorSelector(BaseSelector):
     the selection prefers clients that are correlated with many others but not with each
     other (Lemma 2).
 
-    **Schedule** (Algorithm 2 and appendix C of [1]_), with W = ``warmup_rounds`` and
-    Dt = ``gp_interval``:
+    **Schedule** (Algorithm 2 and appendix C of [1]_), with W = ``warmup_rounds``,
+    Dt = ``gp_interval`` and s = ``warmup_fit_start`` (0 by default):
 
     - Rounds ``0..W`` (warm-up): ``n`` clients uniformly at random without replacement.
       Every client's loss on the global model is observed at the start of rounds
-      ``0..W+1`` through ``oracle.losses`` (paid), so the select call of round ``t``
-      (``1 <= t <= W+1``) forms ``dl^{t-1} = l(w^t) - l(w^{t-1})`` and fits X with
+      ``s..W+1`` through ``oracle.losses`` (paid), so the select call of round ``t``
+      (``s + 1 <= t <= W+1``) forms ``dl^{t-1} = l(w^t) - l(w^{t-1})`` and fits X with
       ``warmup_iters`` Adam steps on Eq. (17) with Dt = 1 and M = ``warmup_history``: the
-      vectors of rounds ``t-1, t-2, ..., t-1-M``, a vector of age a weighted ``theta^a``.
+      vectors of rounds ``t-1, ..., max(t-1-M, s)``, a vector of age a weighted ``theta^a``.
     - Rounds ``t > W``: Algorithm 1 with ``alpha_k = beta^tau_k`` (Eq. 9), then the chosen
       clients' ``alpha_k`` are multiplied by ``beta`` (Algorithm 2, line 14).
     - GP rounds ``t > W`` with ``t % Dt == 0``: every ``alpha_k`` is reset to 1 (line 9),
@@ -101,53 +111,27 @@ class FedCorSelector(BaseSelector):
       trained and evaluated on every client but not applied; S = 1), its vector joins the
       history, and X is refitted with ``gp_iters`` steps on Eq. (17) with M = ``history``:
       the vectors of rounds ``t, t - Dt, ..., t - M Dt`` weighted ``theta^(m Dt)``
-      (``gamma = theta^Dt``, appendix C). The round then still trains an Algorithm-1
-      selection.
-
-    **The older vectors at the first GP rounds** (``gp_history``). Eq. (17) sums over
-    ``dl^{t - m Dt}``, ``m = 0..M``. Read literally (``gp_history="rounds"``, the default),
-    at the first GP round ``t`` the older vector is the warm-up vector of round ``t - Dt``,
-    whatever its age within the warm-up: on the FMNIST presets (W = 15, Dt = 10) the vector
-    of round 10 at GP round 20; on the CIFAR-10 one (W = 20, Dt = 50) the vector of round 0,
-    the first step from the random initial model, weighted ``0.99^50``. The official 2022
-    code (``TrainGPR(gpr, gpr_data[-ceil(group_size / GPR_interval):], gamma=GPR_gamma **
-    GPR_interval)``) instead takes the ``M + 1`` most recent vectors, whichever rounds they
-    come from, weighted ``gamma^m`` by position: at the first GP round the older vector is
-    the *last* warm-up vector (round W). ``gp_history="latest"`` does that. With M = 1 the
-    two readings differ only at the first GP round; ``schedule="readme2023"`` fits on a
-    window of rounds and ignores this parameter.
-
-    **Against the official code** [2]_, beyond the readings above:
-
-    - *theta*. Appendix C gives ``theta = 0.9`` for FMNIST (0.99 for CIFAR-10), the default
-      here and in the FMNIST presets. The 2022 code's README command for FMNIST leaves
-      ``--GPR_gamma`` at its default 0.8, so the official runs used an effective
-      ``theta = 0.8`` (warm-up weights ``0.8^a``, GP rounds ``gamma = 0.8^Dt``); its CIFAR-10
-      command sets 0.97. Pass ``theta=0.8`` to follow the code.
-    - *The GP rounds are one round apart.* The official code runs a GP round's trial after
-      round e's training (``epoch % GPR_interval == 0``) from the model that training
-      produced, i.e. from w^{e+1}, and the refitted GP first selects round e + 1. Here the
-      trial of GP round t starts from w^t and the refitted GP selects round t itself. So the
-      official GP rounds are the rounds ``t`` with ``t % Dt == 1`` in this numbering, and
-      ours those with ``t % Dt == 0``: the same schedule shifted by one round (the warm-up
-      and the first Algorithm-1 round, W + 1, coincide).
+      (``gamma = theta^Dt``, appendix C; ``gp_history="latest"``: the M + 1 most recent
+      vectors instead). The round then still trains an Algorithm-1 selection.
 
     If ``select`` is first called after round W (or rounds were skipped so that no vector
     could be formed), the selector keeps observing losses and choosing uniformly until its
     first fit: Algorithm 1 never runs on an untrained GP.
 
-    ``schedule="readme2023"`` follows the official code after its February 2023 refactor
-    and its README's FMNIST command instead: a single fit of 1000 iterations when the last
-    warm-up vector arrives, every fit on all vectors of the last 100 rounds weighted
-    0.95 per round (these three values replace ``warmup_iters``, ``warmup_history`` /
-    ``history``, ``gp_history`` and ``theta``). Annealing is the same under both schedules:
-    the official code (2022 and 2023 alike) resets the factors after a GP round's training
-    and multiplies the clients of every other round by beta, so the first selection made
-    with the refitted GP is annealed; the selection it leaves alone is the one made just
-    before the reset, whose factors the reset wipes. The README's FMNIST command also sets
-    ``--update_mean`` and ``--discount=0.95``: ``FedCorSelector(schedule="readme2023",
-    update_mean=True, beta=0.95)`` reproduces it. (Its CIFAR-10 command uses a 500-round
-    window weighted 0.99 and ``--discount=0.9``, which this schedule does not cover.)
+    **Readings.** The defaults are the paper's text (Algorithm 1 with Eq. 11, M = 10 warm-up
+    vectors from round 0, theta of appendix C), which the official code after its February
+    2023 refactor also selects by. The code behind the paper's Table 1 (July 2022, commit
+    8ce23fb) differs in five settings, each a parameter: ``theta=0.8`` (its FMNIST command
+    leaves ``--GPR_gamma`` at 0.8), ``gp_history="latest"``, ``posterior_noise=True``,
+    ``warmup_fit_start=10`` (its ``gpr_begin``) and ``anneal_before_fit_start=True``; the
+    dictionary :data:`CODE_2022` holds them. Its GP rounds fall one round later than ours
+    (``t % Dt == 1`` in this numbering). ``schedule="readme2023"`` follows the 2023 README:
+    one 1000-iteration fit when the last warm-up vector arrives, every fit on the vectors of
+    the last 100 rounds weighted 0.95 per round (replacing ``warmup_iters``,
+    ``warmup_history``, ``history``, ``gp_history`` and ``theta``); with
+    ``update_mean=True, beta=0.95`` it is the README's FMNIST command. Every selection
+    after the warm-up is annealed under every setting. The docs page sets out each reading
+    against the official code and what was run with it.
 
     **Aggregation.** FedCor averages the chosen clients' models with equal weights (Eq. 4),
     so no weights are returned and the trainer aggregates by its own rule; the FedCor
@@ -162,7 +146,7 @@ class FedCorSelector(BaseSelector):
     fewer than two answers is dropped, and a fit whose window holds no vector keeps the
     current X. Not in the paper, which assumes every client answers.
 
-    **Costs.** Warm-up: N losses per round for ``W + 2`` rounds. Each GP round: one trial
+    **Costs.** Warm-up: N losses per round for ``W + 2 - s`` rounds. Each GP round: one trial
     (``n`` local trainings, N models down, N losses up). Nothing else.
 
     **Scale.** The paper's GP is over all N clients, but its kernel ``X^T X + s_n^2 I`` is
@@ -198,7 +182,7 @@ class FedCorSelector(BaseSelector):
         The annealing coefficient of Eq. (9) in (0, 1] (0.95 FMNIST, 0.9 CIFAR-10; 1 disables annealing).
     theta : float, default=0.9
         The per-round discount of old vectors, ``gamma = theta^Dt`` in Eq. (17) (appendix C:
-        0.9 FMNIST, 0.99 CIFAR-10).
+        0.9 FMNIST, 0.99 CIFAR-10; the 2022 code ran 0.8 and 0.97).
     warmup_history : int, default=10
         M of Eq. (17) in the warm-up phase (appendix C: M = 10, i.e. 11 vectors).
     history : int, default=1
@@ -216,19 +200,27 @@ class FedCorSelector(BaseSelector):
         vectors (the 2023 code) instead of ``mu = 0`` (the paper, footnote 1). It changes
         the likelihood and so X; the selection itself does not depend on mu.
     schedule : {"paper", "readme2023"}, default="paper"
-        Which GP-fitting schedule to follow (see above).
+        Which GP-fitting schedule to follow (see Readings).
     gp_history : {"rounds", "latest"}, default="rounds"
-        Which older vectors a GP round's fit uses (see above): those of rounds
-        ``t - m Dt`` (Eq. 17 read literally) or the M most recent ones before the trial,
-        weighted ``gamma^m`` by position (the official 2022 code; at the first GP round the
-        older vector is then the last warm-up vector). Ignored by ``schedule="readme2023"``.
+        Which older vectors a GP round's fit uses: those of rounds ``t - m Dt`` (Eq. 17 read
+        literally) or the M most recent ones before the trial, weighted ``gamma^m`` by
+        position (the 2022 code; at the first GP round the older vector is then the last
+        warm-up vector). Ignored by ``schedule="readme2023"``.
     posterior_noise : bool, default=False
-        Condition Algorithm 1 on *noisy* predictions, as the official 2022 code does:
-        start from ``X^T X`` and divide by ``S_kk + s_n^2`` (see
+        Condition Algorithm 1 on *noisy* predictions, as the 2022 code does: start from
+        ``X^T X`` and divide by ``S_kk + s_n^2`` (see
         :func:`fedselect.selectors._gp.greedy_select`). The default follows Eq. (11).
-        With the default ``noise`` (s_n^2 = 1e-4, small beside the GP's variances) the
-        two readings rarely pick differently; the FedCor reproduction page
-        (``benchmarks/results/fedcor/REPORT.md``) runs both on ``fedcor-fmnist-dir``.
+    warmup_fit_start : int, default=0
+        s, the first round whose loss change the warm-up observes and fits (at most W): no
+        loss is asked for before round s, the first fit is at round s + 1 and no warm-up fit
+        sees a vector older than round s. The 2022 code's ``gpr_begin`` is 10: on the FMNIST
+        schedule its warm-up fits use at most 6 vectors (rounds 10-15) where the default's use
+        up to 11.
+    anneal_before_fit_start : bool, default=False
+        Multiply by ``beta`` the factors ``alpha_k`` of the clients chosen uniformly in rounds
+        ``0..s-1``, as the 2022 code's annealing branch does there; they then weigh the
+        Algorithm-1 selections until the first GP round's reset (rounds W + 1 to the first
+        multiple of Dt). Does nothing when s = 0.
     gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
         How each Adam step evaluates the objective of Eq. (17): through the GPyTorch model
         (the default; every recorded result used it), or by the same Woodbury and
@@ -270,8 +262,8 @@ class FedCorSelector(BaseSelector):
        Correlation-Based Active Client Selection Strategy for Heterogeneous Federated
        Learning." CVPR 2022 (Eq. 17; appendix C for d, M, theta, W and Dt).
     .. [2] The official code, https://github.com/Yoruko-Tang/FedCor: ``src/federated_main.py``
-       and ``src/GPR.py`` as of July 2022 (the code behind the paper) and after the
-       February 2023 refactor (``schedule="readme2023"``).
+       and ``src/GPR.py`` as of July 2022 (the code behind the paper, :data:`CODE_2022`) and
+       after the February 2023 refactor (``schedule="readme2023"``).
 
     Examples
     --------
@@ -308,6 +300,8 @@ class FedCorSelector(BaseSelector):
         schedule: str = "paper",
         gp_history: str = "rounds",
         posterior_noise: bool = False,
+        warmup_fit_start: int = 0,
+        anneal_before_fit_start: bool = False,
         gp_solver: str = "gpytorch",
         random_state: Any = None,
     ) -> None:
@@ -326,6 +320,8 @@ class FedCorSelector(BaseSelector):
         self.schedule = schedule
         self.gp_history = gp_history
         self.posterior_noise = posterior_noise
+        self.warmup_fit_start = warmup_fit_start
+        self.anneal_before_fit_start = anneal_before_fit_start
         self.gp_solver = gp_solver
         self.random_state = random_state
 
@@ -348,10 +344,18 @@ class FedCorSelector(BaseSelector):
         "schedule": [StrOptions(SCHEDULES)],
         "gp_history": [StrOptions(GP_HISTORIES)],
         "posterior_noise": ["boolean"],
+        "warmup_fit_start": [Interval(Integral, 0, None, closed="left")],
+        "anneal_before_fit_start": ["boolean"],
         "gp_solver": [StrOptions(_gp.SOLVERS)],
         "random_state": ["random_state"],
     }
-    _params_added_later: ClassVar[dict[str, Any]] = {"gp_solver": "gpytorch"}
+    _params_added_later: ClassVar[dict[str, Any]] = {"gp_solver": "gpytorch", "warmup_fit_start": 0,
+                                                     "anneal_before_fit_start": False}
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        check_param(self, "warmup_fit_start", self.warmup_fit_start, self.warmup_fit_start <= self.warmup_rounds,
+                    f"an int in [0, warmup_rounds={self.warmup_rounds}] (a round of the warm-up)")
 
     def _fit(self, pool: ClientPool) -> None:
         n_clients = pool.n_clients
@@ -395,7 +399,8 @@ class FedCorSelector(BaseSelector):
         n_clients = self.n_clients_
         readme = self.schedule == "readme2023"
         fitted = bool(self.fit_log_)
-        if t <= self.warmup_rounds + 1 or not fitted:
+        start = int(self.warmup_fit_start)
+        if t >= start and (t <= self.warmup_rounds + 1 or not fitted):
             losses = self._observe_losses(oracle, t)
             previous, self._last_losses = self._last_losses, (t, losses)
             if previous is not None and previous[0] == t - 1:
@@ -407,7 +412,11 @@ class FedCorSelector(BaseSelector):
                     self._fit_gp(t, t - 1, 1, README2023_WINDOW, README2023_WARMUP_ITERS, "warmup")
             fitted = bool(self.fit_log_)
         if t <= self.warmup_rounds or not fitted:
-            return Selection(np.sort(self.rng_.choice(n_clients, n, replace=False)))
+            chosen = np.sort(self.rng_.choice(n_clients, n, replace=False))
+            if t < start and self.anneal_before_fit_start:
+                # the 2022 code's annealing branch also runs for the warm-up rounds before gpr_begin
+                self.alpha_[chosen] *= self.beta
+            return Selection(chosen)
 
         gp_round = t % self.gp_interval == 0
         if gp_round:
@@ -432,7 +441,7 @@ class FedCorSelector(BaseSelector):
         self.last_selection_order_ = order
         # Both official codes anneal every Algorithm-1 selection (Update_Discount / update_discount) except the one
         # made just before a reset, whose factors the reset wipes anyway; here the reset precedes the GP round's
-        # selection, so every selection is annealed under either schedule.
+        # selection, so every Algorithm-1 selection is annealed under either schedule.
         self.alpha_[order] *= self.beta
         return Selection(np.sort(order))
 

@@ -4,6 +4,7 @@ sample sizes re-allocated by cluster cohesion, importance sampling by update nor
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
@@ -17,6 +18,7 @@ from ._compress import COMPRESSORS, make_compressor
 from .ocs import capped_probabilities
 
 __all__ = [
+    "COHESIONS",
     "HCSFedSelector",
     "allocate",
     "cluster_cohesion",
@@ -25,7 +27,11 @@ __all__ = [
     "systematic_pps",
 ]
 
-_COHESIONS = ("paper", "mean-pairwise", "std")
+#: The readings of S_h in Eq. 5, named for what they compute (see :func:`cluster_cohesion`).
+COHESIONS = ("std", "mean-pairwise", "pairwise-sum")
+# Old names still accepted, with a FutureWarning: "paper" was the all-pairs sum (and the default) until the
+# readings were named for what they compute; runs recorded with it ran "pairwise-sum".
+_COHESION_ALIASES = {"paper": "pairwise-sum"}
 _INITS = ("random", "k-means++")
 _ROUNDINGS = ("systematic", "largest-remainder")
 _WEIGHTINGS = ("inclusion", "paper")
@@ -41,10 +47,10 @@ def kmeans(
     rng: np.random.RandomState,
     *,
     init: str = "random",
-    n_init: int = 10,
+    n_init: int = 1,
     max_iter: int = 100,
 ) -> np.ndarray:
-    """k-means of the rows of ``X`` (HCSFed's Algorithm 1), best of ``n_init`` starts.
+    """k-means of the rows of ``X`` (HCSFed's Algorithm 1), best of ``n_init`` runs.
 
     Algorithm 1 alternates nearest-centre assignment (line 5) and centre = cluster mean
     (line 9) until the centres stop moving (line 12); it starts from H random clients
@@ -67,9 +73,11 @@ def kmeans(
     rng : numpy RandomState
     init : {"random", "k-means++"}, default="random"
         How the H starting clients are drawn (see above).
-    n_init : int, default=10
-        Restarts; the paper's single run with random starts often merges two separated
-        groups (about 2 runs in 3 for 4 equal groups of 6), 10 restarts rarely do.
+    n_init : int, default=1
+        Runs from independent starts, the one with the lowest within-cluster sum of
+        squares kept. 1 is Algorithm 1 (one run); a single run with random starts often
+        merges two separated groups (about 2 runs in 3 for 4 equal groups of 6), 10 runs
+        rarely do.
     max_iter : int, default=100
 
     Returns
@@ -118,30 +126,37 @@ def kmeans(
     return relabelled.astype(np.int64).ravel()
 
 
-def cluster_cohesion(X: np.ndarray, labels: np.ndarray, kind: str = "paper") -> np.ndarray:
-    """Cohesion S_h of each cluster of compressed updates (HCSFed, text after Eq. 5).
+def cluster_cohesion(X: np.ndarray, labels: np.ndarray, kind: str = "std") -> np.ndarray:
+    """Cohesion S_h of each cluster of compressed updates (HCSFed, Eq. 5), in one of three readings.
 
-    ``sum_{i != j in h} ||X^i - X^j||^2`` over ordered pairs equals
-    ``2 N_h sum_{i in h} ||X^i - mean_h||^2``, which is how it is computed.
+    The paper prints ``S_h = 1/(N_h - 1) sum_{j=1, i != j}^{N_h} ||X^i - X^j||^2``, a sum over j
+    with i left free. With ``W_h = sum_{i in h} ||X^i - mean_h||^2`` (the sum over the
+    ``N_h (N_h - 1)`` ordered pairs of h is ``2 N_h W_h``, which is how every reading is computed):
+
+    - ``"std"``: ``sqrt(W_h / (N_h - 1))``, the within-cluster standard deviation of the
+      compressed updates; Eq. 5 is then Neyman allocation, the reading under which Eq. 8 and
+      Theorem 1 hold.
+    - ``"mean-pairwise"``: the mean over the ordered pairs, ``2 W_h / (N_h - 1)`` (the printed
+      sum averaged over i).
+    - ``"pairwise-sum"``: the sum over the ordered pairs divided by ``N_h - 1``,
+      ``2 N_h W_h / (N_h - 1)``, so ``N_h S_h`` in Eq. 5 grows like ``N_h^2``.
+
+    A singleton has S_h = 0.
 
     Parameters
     ----------
     X : ndarray, shape (N, d)
     labels : ndarray of int, shape (N,)
         Cluster ids 0..H-1.
-    kind : {"paper", "mean-pairwise", "std"}
-        ``"paper"``: ``S_h = 1/(N_h - 1) sum_{i != j} ||X^i - X^j||^2`` as printed;
-        ``"mean-pairwise"``: the mean over the ``N_h (N_h - 1)`` ordered pairs (so
-        ``N_h S_h`` in Eq. 5 grows like N_h rather than N_h^2); ``"std"``: the
-        within-cluster standard deviation ``sqrt(sum_{i in h} ||X^i - mean_h||^2 / (N_h - 1))``,
-        the S_h of the stratified-sampling identity behind Eq. 8 (Neyman allocation,
-        ``m_h`` proportional to ``N_h S_h``), under which Theorem 1's variance reduction is
-        derived. A singleton has S_h = 0.
+    kind : {"std", "mean-pairwise", "pairwise-sum"}, default="std"
+        ``"paper"``, the name of ``"pairwise-sum"`` before the readings were named for what
+        they compute, is accepted with a FutureWarning.
 
     Returns
     -------
     S : ndarray of float, shape (H,)
     """
+    kind = _cohesion_kind(kind, "cluster_cohesion")
     X = np.asarray(X, dtype=np.float64)
     H = int(labels.max()) + 1
     S = np.zeros(H)
@@ -152,13 +167,26 @@ def cluster_cohesion(X: np.ndarray, labels: np.ndarray, kind: str = "paper") -> 
             continue
         within = float(((Xh - Xh.mean(0)) ** 2).sum())
         pair_sum = 2.0 * nh * within
-        if kind == "paper":
+        if kind == "pairwise-sum":
             S[h] = pair_sum / (nh - 1)
         elif kind == "mean-pairwise":
             S[h] = pair_sum / (nh * (nh - 1))
         else:
             S[h] = math.sqrt(within / (nh - 1))
     return S
+
+
+def _cohesion_kind(kind: str, who: str, *, warn: bool = True) -> str:
+    """``kind`` with a deprecated alias replaced by its reading (a FutureWarning naming ``who``)."""
+    if kind in _COHESION_ALIASES:
+        new = _COHESION_ALIASES[kind]
+        if warn:
+            warnings.warn(f"{who}: cohesion={kind!r} is deprecated and will be removed; it is the reading "
+                          f"{new!r} (pass cohesion={new!r}; the default is now 'std')", FutureWarning, stacklevel=3)
+        return new
+    if kind not in COHESIONS:
+        raise ValueError(f"{who}: cohesion={kind!r}; expected one of {list(COHESIONS)}")
+    return kind
 
 
 def allocate(sizes: np.ndarray, cohesion: np.ndarray, m: int) -> np.ndarray:
@@ -309,11 +337,12 @@ class HCSFedSelector(BaseSelector):
        its seed drawn from the selector's stream each round. A callable
        ``compressor(global_params, rng) -> transform`` plugs in any other reading.
     2. **Clustering** (Algorithm 1): k-means of the X_t^k into H = ``n_clusters``
-       clusters (:func:`kmeans`), started from H random clients as Algorithm 1, line 1
-       says (``kmeans_init``).
+       clusters (:func:`kmeans`): one run (``kmeans_n_init``) started from H random
+       clients, as Algorithm 1, line 1 says (``kmeans_init``).
     3. **Sample-size re-allocation** (Eq. 5): cluster h gets the real share
-       ``m N_h S_h / sum_h N_h S_h`` (:func:`cluster_cohesion`, :func:`allocate`), capped
-       at N_h with the excess re-shared; if every S_h is 0, shares are ``m N_h / N``
+       ``s_h = m N_h S_h / sum_h N_h S_h`` (:func:`allocate`), S_h by default the
+       within-cluster standard deviation of the X_t^k (``cohesion``, :func:`cluster_cohesion`),
+       capped at N_h with the excess re-shared; if every S_h is 0, shares are ``m N_h / N``
        (Eq. 4's plain cluster sampling). Shares are rounded to integers m_h by
        systematic rounding (our choice, the paper is silent: :func:`round_shares`): ``sum_h m_h = m``
        exactly every round, ``E[m_h]`` = the exact share, and m_h <= N_h. The selection
@@ -322,40 +351,25 @@ class HCSFedSelector(BaseSelector):
        probability proportional to ||X_t^k|| by systematic PPS (:func:`systematic_pps`)
        with inclusion probabilities ``pi_k(m_h) = min(1, c ||X_t^k||)``, c set so they
        sum to m_h (clients whose share exceeds 1 are taken surely).
-    5. **Aggregation weights.** Each chosen client gets ``p_k / pi_k``, where p_k is
-       its data-size weight (the paper's omega_k) and pi_k its *marginal* inclusion
-       probability over the rounding of m_h:
+    5. **Aggregation weights.** ``weighting="inclusion"`` (unbiased, our reading): each
+       chosen client gets ``p_k / pi_k``, p_k its data-size weight (the paper's omega_k) and
+       pi_k its *marginal* inclusion probability over the rounding of m_h,
        ``pi_k = (1 - f_h) pi_k(floor s_h) + f_h pi_k(ceil s_h)`` with f_h the fractional
-       part of the share s_h. So ``E[sum_{k in S} p_k / pi_k G_k] = sum_k p_k G_k``,
-       full participation, given the clustering and provided every client has
-       pi_k > 0 (see the known limit below). With
-       ``rounding="largest-remainder"``, m_h is fixed and pi_k = pi_k(m_h). This is our
-       reading (``weighting="inclusion"``): Algorithm 2, line 15 prints
-       ``w_{t+1} = sum_{k in S_t} (N/m) omega_k w_{t+1}^k``, the weights of uniform
-       sampling, which leave out the shares of Eq. 5 and the probabilities of Eq. 6, so the
-       aggregate is biased towards the clients HCSFed favours; Theorem 1 compares the
-       variances of unbiased estimators, which needs p_k / pi_k. ``weighting="paper"``
-       gives each chosen client ``(N/m) p_k`` as printed (applied to its delta, like every
-       weight here: on the models, a total other than 1 would also rescale w^t). Those
-       weights are bounded by N/m times the largest p_k; the unbiased ones are not (see
-       ``rounding``).
+       part of s_h (``pi_k(m_h)`` with ``rounding="largest-remainder"``). So
+       ``E[sum_{k in S} p_k / pi_k G_k] = sum_k p_k G_k``, full participation, given the
+       clustering and provided every client has pi_k > 0. ``weighting="paper"``: each
+       chosen client gets ``(N/m) p_k``, as Algorithm 2, line 15 prints it (bounded, biased
+       towards the clients HCSFed favours). Weights apply to the deltas and are not
+       normalised (the runtime adds ``sum_k w_k (w_k - w^t)``).
 
-    The weights are not normalised (the runtime adds ``sum_k w_k (w_k - w^t)``): their
-    total is 1 only on average, which is what unbiasedness costs.
-
-    Known limit of Eq. 5, kept as the paper writes it by default: a cluster with
-    S_h = 0 (a singleton, or identical compressed updates) gets no share while other
-    clusters have positive cohesion, so its clients are skipped that round and the
-    aggregate misses their term (unbiasedness holds over the clients with pi_k > 0,
-    so the aggregate is biased against outlying clients that k-means isolates).
-    ``uniform_mix = eps > 0`` removes the limit: the shares become
-    ``(1 - eps) * Eq. 5 + eps * m N_h / N`` (a defensive mixture with Eq. 4's plain
-    cluster sampling; still summing to m and capped at N_h), so every cluster has a
-    positive share, every client with a nonzero update has pi_k > 0 and the aggregate
-    is unbiased over all clients. The price is variance: a skipped-by-Eq.-5 client
-    chosen through the mixture carries a weight of order p_k N / (eps m). A client
-    whose compressed update is exactly zero has pi_k = 0 under Eq. 6 either way
-    (its update is zero, so the aggregate loses nothing).
+    Known limit of Eq. 5: a cluster with S_h = 0 (a singleton, or identical compressed
+    updates) gets no share while others have positive cohesion, so its clients are skipped
+    and the aggregate is unbiased only over the clients with pi_k > 0. ``uniform_mix = eps``
+    makes the shares ``(1 - eps) * Eq. 5 + eps * m N_h / N``: every cluster gets a positive
+    share, the aggregate is unbiased over all clients, and the unbiased weights stay below
+    about ``p_k N / (eps m)`` (a floor on the shares; the docs page says why the unbiased
+    reading needs it). A client whose compressed update is exactly zero has pi_k = 0 under
+    Eq. 6 either way (its update is zero, so the aggregate loses nothing).
 
     **Clients that do not answer** (NaN rows from ``oracle.local_updates``, see
     :class:`~fedselect.ClientOracle`) cannot train this round, so Algorithm 1 runs on the
@@ -391,25 +405,25 @@ class HCSFedSelector(BaseSelector):
         R = d'/d in (0, 1].
     compressor : {"grouping", "projection"} or callable, default="grouping"
         How clients compress their updates (see step 1).
-    cohesion : {"paper", "mean-pairwise", "std"}, default="paper"
-        S_h of Eq. 5: as printed, ``1/(N_h - 1) sum_{i != j} ||X^i - X^j||^2``; the
-        mean pairwise squared distance (weighs cluster size less); or the within-cluster
-        standard deviation, the reading under which Eq. 8 and Theorem 1 hold (Neyman
-        allocation; see :func:`cluster_cohesion`).
+    cohesion : {"std", "mean-pairwise", "pairwise-sum"}, default="std"
+        S_h of Eq. 5 (:func:`cluster_cohesion`): the within-cluster standard deviation of the
+        compressed updates (Neyman allocation, the reading under which Eq. 8 and Theorem 1
+        hold), the mean pairwise squared distance, or the sum over all ordered pairs divided
+        by N_h - 1 (counts cluster size twice). ``"paper"`` is a deprecated alias of
+        ``"pairwise-sum"`` (the default until 2026-11; a FutureWarning). The docs page sets
+        each reading beside the printed formula.
+    kmeans_n_init : int, default=1
+        k-means runs per round from independent starts, the best kept (:func:`kmeans`); 1 is
+        Algorithm 1's single run. Runs recorded before this parameter existed used 10.
     kmeans_init : {"random", "k-means++"}, default="random"
         The starting centres of k-means: H random clients (Algorithm 1, line 1) or
         k-means++ (favours outlying clients as starting centres; see :func:`kmeans`).
     rounding : {"systematic", "largest-remainder"}, default="systematic"
-        How the shares of Eq. 5 become integers (see :func:`round_shares`). With
-        ``weighting="inclusion"``, the price of ``"systematic"``'s unbiasedness is
-        variance: a cluster with a small share s_h < 1 is drawn in a fraction s_h of the
-        rounds, and its chosen client then carries the weight ``p_k / pi_k`` with
-        ``pi_k = s_h pi_k(1)``, where ``pi_k(1) = ||X^k|| / sum_{j in h} ||X^j||`` is about
-        1/N_h: a weight of about ``p_k N_h / s_h``. The printed cohesion can give almost all
-        of m to one large cluster and shares s_h << 1 to the others, so a round that draws one
-        of them weighs a single client's update many times its data-size weight p_k.
-        ``"largest-remainder"`` never draws such a cluster (bounded weights, the aggregate
-        biased against it); ``cohesion="std"`` or ``uniform_mix`` keep the shares away from 0.
+        How the shares of Eq. 5 become integers (:func:`round_shares`; the paper does not
+        say). ``"systematic"`` keeps ``E[m_h]`` = s_h, so a share s_h << 1 is drawn in a
+        fraction s_h of the rounds and, with ``weighting="inclusion"``, its client then
+        weighs about ``p_k N_h / s_h``; ``"largest-remainder"`` never draws such a cluster
+        (bounded weights, the aggregate biased against it).
     weighting : {"inclusion", "paper"}, default="inclusion"
         The aggregation weights of step 5: ``p_k / pi_k`` (unbiased, our reading) or
         ``(N/m) p_k`` as Algorithm 2, line 15 prints them (biased, bounded). N and p_k are
@@ -417,11 +431,7 @@ class HCSFedSelector(BaseSelector):
         ``max_trained``, the subset scaled by N / M).
     uniform_mix : float, default=0.0
         eps in [0, 1): the fraction of the m places shared by cluster size (Eq. 4)
-        instead of Eq. 5. 0 is the paper; any eps > 0 makes the aggregate unbiased over
-        every client (see the known limit above). It moves every round's allocation
-        towards cluster size, not only when a cluster has S_h = 0. The HCSFed
-        reproduction page (``benchmarks/results/hcsfed/REPORT.md``) compares eps = 0.1
-        with eps = 0.
+        instead of Eq. 5 (see the known limit). 0 is the paper.
     max_trained : int or None, default=None
         M, the most clients that train and upload in a round (see Scale). ``None`` trains
         every client (the paper). Must be at least the ``n`` asked for and ``n_clusters``.
@@ -471,7 +481,8 @@ class HCSFedSelector(BaseSelector):
         n_clusters: int = 5,
         compression_rate: float = 0.01,
         compressor: Any = "grouping",
-        cohesion: str = "paper",
+        cohesion: str = "std",
+        kmeans_n_init: int = 1,
         kmeans_init: str = "random",
         rounding: str = "systematic",
         weighting: str = "inclusion",
@@ -483,6 +494,7 @@ class HCSFedSelector(BaseSelector):
         self.compression_rate = compression_rate
         self.compressor = compressor
         self.cohesion = cohesion
+        self.kmeans_n_init = kmeans_n_init
         self.kmeans_init = kmeans_init
         self.rounding = rounding
         self.weighting = weighting
@@ -495,7 +507,8 @@ class HCSFedSelector(BaseSelector):
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "compression_rate": [Interval(Real, 0, 1, closed="right")],
         "compressor": [StrOptions(sorted(COMPRESSORS)), callable],
-        "cohesion": [StrOptions(_COHESIONS)],
+        "cohesion": [StrOptions((*COHESIONS, *_COHESION_ALIASES))],
+        "kmeans_n_init": [Interval(Integral, 1, None, closed="left")],
         "kmeans_init": [StrOptions(_INITS)],
         "rounding": [StrOptions(_ROUNDINGS)],
         "weighting": [StrOptions(_WEIGHTINGS)],
@@ -503,7 +516,24 @@ class HCSFedSelector(BaseSelector):
         "max_trained": [None, Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
-    _params_added_later: ClassVar[dict[str, Any]] = {"max_trained": None, "weighting": "inclusion"}
+    # kmeans_n_init: every run recorded before it was a parameter ran 10 k-means runs per round.
+    _params_added_later: ClassVar[dict[str, Any]] = {"max_trained": None, "weighting": "inclusion",
+                                                     "kmeans_n_init": 10}
+    # Defaults that changed after runs had been recorded by name (("hcsfed", {...}) keys its parameters as given):
+    # the values those runs ran when they left the parameter out. See fedselect.plugins.SelectorSpec.settings.
+    _recorded_defaults: ClassVar[dict[str, tuple[Any, ...]]] = {"cohesion": ("pairwise-sum", "paper"),
+                                                                "kmeans_n_init": (10,)}
+
+    def identifying_params(self) -> dict[str, Any]:
+        """As :meth:`BaseSelector.identifying_params`, with ``cohesion="pairwise-sum"`` recorded as ``"paper"``.
+
+        The two names are one reading; runs recorded before the readings were named carry ``"paper"``, so a
+        run that pins ``"pairwise-sum"`` (and ``kmeans_n_init=10``) is identified as those runs were.
+        """
+        params = super().identifying_params()
+        if params.get("cohesion") == "pairwise-sum":
+            params["cohesion"] = "paper"
+        return params
 
     def _fit(self, pool: ClientPool) -> None:
         if self.n_clusters > pool.n_clients:
@@ -511,6 +541,7 @@ class HCSFedSelector(BaseSelector):
                 f"{type(self).__name__}: parameter n_clusters={self.n_clusters!r} exceeds the number of clients "
                 f"N={pool.n_clients}; expected n_clusters <= N"
             )
+        _cohesion_kind(self.cohesion, type(self).__name__)  # a deprecated name warns once per fit
         self.rng_ = check_random_state(self.random_state)
         self.labels_ = None
         self.cohesion_ = None
@@ -609,10 +640,10 @@ class HCSFedSelector(BaseSelector):
         """
         N = X.shape[0]
         rng = self.rng_
-        labels = kmeans(X, int(self.n_clusters), rng, init=self.kmeans_init)
+        labels = kmeans(X, int(self.n_clusters), rng, init=self.kmeans_init, n_init=int(self.kmeans_n_init))
         H = int(labels.max()) + 1
         sizes = np.bincount(labels, minlength=H)
-        S = cluster_cohesion(X, labels, self.cohesion)
+        S = cluster_cohesion(X, labels, _cohesion_kind(self.cohesion, type(self).__name__, warn=False))
         shares = allocate(sizes, S, n)
         eps = float(self.uniform_mix)
         if eps > 0:
