@@ -43,8 +43,9 @@ import textwrap
 import time
 import traceback
 import warnings
+import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ __all__ = [
     "compress_runs",
     "holm",
     "load_comparison",
+    "ResultFileError",
     "read_text",
     "run_comparison",
     "run_files",
@@ -1395,13 +1397,52 @@ def _remove_tree(path: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """A result file's text, gunzipped when its name ends in ``.gz``."""
+# What a result file read back may make fedselect hold: its text, decompressed, and the number of clients it claims
+# (figures are sized by it). A genuine result is far smaller (500 rounds of 5 clients: under 1 MB) and a simulation
+# on one machine far fewer clients; a file beyond either is reported unusable before anything of that size exists.
+MAX_RESULT_BYTES = 256 * 2**20
+MAX_CLIENTS = 10_000_000
+_GZIP_CHUNK = 2**20
+
+
+class ResultFileError(ValueError):
+    """A result file fedselect will not use: larger than :data:`MAX_RESULT_BYTES`, or not a valid result."""
+
+
+def read_text(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> str:
+    """A result file's text, gunzipped when its name ends in ``.gz``.
+
+    Parameters
+    ----------
+    path : path
+    max_bytes : int, optional
+        Refuse a file whose (decompressed) text is longer; default :data:`MAX_RESULT_BYTES`.
+        A ``.gz`` file is first decompressed in 1 MiB chunks that are counted and dropped, so
+        a gzip bomb costs that much memory and at most ``max_bytes`` of decompression.
+
+    Raises
+    ------
+    ResultFileError
+        The file is larger than ``max_bytes``.
+    """
     path = Path(path)
+    limit = MAX_RESULT_BYTES if max_bytes is None else int(max_bytes)
     if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            return f.read()
-    return path.read_text()
+        with gzip.open(path, "rb") as f:
+            size = 0
+            while chunk := f.read(_GZIP_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise ResultFileError(f"more than {limit} bytes once decompressed (a gzip bomb?)")
+        with gzip.open(path, "rb") as f:
+            data = f.read(limit + 1)
+    else:
+        if path.stat().st_size > limit:
+            raise ResultFileError(f"more than {limit} bytes")
+        data = path.read_bytes()
+    if len(data) > limit:  # the file grew between the checks
+        raise ResultFileError(f"more than {limit} bytes")
+    return data.decode("utf-8")
 
 
 def run_files(runs_dir: str | os.PathLike[str]) -> list[Path]:
@@ -1426,6 +1467,10 @@ def compress_runs(runs_dir: str | os.PathLike[str]) -> int:
     return n
 
 
+# What reading a result file may raise besides ResultFileError: I/O, a bad gzip stream, bad UTF-8.
+_READ_ERRORS = (OSError, UnicodeDecodeError, EOFError, zlib.error, ResultFileError)
+
+
 def _read_result(path: Path) -> dict[str, Any] | None:
     """A run's result file (``path``, or ``path`` + ``.gz``), or None if absent; an unreadable one is moved aside."""
     if not path.exists() and Path(str(path) + ".gz").exists():
@@ -1434,32 +1479,65 @@ def _read_result(path: Path) -> dict[str, Any] | None:
         text = read_text(path)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
+    except _READ_ERRORS as exc:
         move_aside(path, f"{type(exc).__name__}: {exc}")
         return None
-    reason = _result_problem(text)
+    saved, reason = _parse_result(text)
     if reason is None:
-        return json.loads(text)
+        return saved
     move_aside(path, reason)
     return None
 
 
-def _result_problem(text: str) -> str | None:
-    """Why ``text`` is not a usable result file, or None."""
+def _parse_result(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The result in ``text`` and None, or None and why it is not a usable result file."""
     if not text.strip():
-        return "empty file"
+        return None, "empty file"
     try:
         d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return f"not valid JSON, probably truncated: {exc}"
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, over-long integers, deep nesting
+        return None, f"not valid JSON, probably truncated: {type(exc).__name__}: {exc}"
     if not isinstance(d, dict) or "key" not in d or "label" not in d or "seed" not in d:
-        return "not a fedselect result (no key, label or seed)"
+        return None, "not a fedselect result (no key, label or seed)"
+    if not isinstance(d["label"], str) or not isinstance(d["seed"], int) or isinstance(d["seed"], bool):
+        return None, "its label is not a string or its seed not an integer"
     if d.get("status", "finished") == "failed":
-        return None if isinstance(d.get("error"), dict) else "a failed run without its error"
+        return (d, None) if isinstance(d.get("error"), dict) else (None, "a failed run without its error")
     try:
-        History.from_dict(d["history"])
-    except (KeyError, TypeError, ValueError) as exc:
-        return f"its history cannot be read: {type(exc).__name__}: {exc}"
+        h = History.from_dict(d["history"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return None, f"its history cannot be read: {type(exc).__name__}: {exc}"
+    problem = _history_problem(h)
+    return (None, problem) if problem is not None else (d, None)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _history_problem(h: History) -> str | None:
+    """Why a history read from a file cannot be used (tables and figures would fail or blow up on it), or None."""
+    sections = (h.config.get(k) or {} for k in ("federation", "trainer")) if isinstance(h.config, dict) else [None]
+    if not all(isinstance(v, dict) for v in sections):
+        return "its config is not a mapping of the run's settings"
+    n = h.config.get("n_clients")
+    if n is not None and not (_is_int(n) and 1 <= n <= MAX_CLIENTS):
+        return f"it claims n_clients = {n!r}; fedselect reads back at most {MAX_CLIENTS} clients"
+    bound = MAX_CLIENTS if n is None else n
+    if not _is_number(h.model_size) or h.model_size < 0:
+        return f"its model_size {h.model_size!r} is not a non-negative number"
+    for r in h.rounds:
+        if not (_is_int(r.round) and isinstance(r.clients, list) and isinstance(r.failed, list)
+                and all(_is_int(k) and 0 <= k < bound for k in (*r.clients, *r.failed))):
+            return f"round {r.round!r} names clients outside 0 .. {bound - 1}"
+        if not (isinstance(r.weights, list) and all(_is_number(w) for w in r.weights) and _is_number(r.lr)
+                and all(v is None or _is_number(v) for v in (r.test_accuracy, r.test_loss, r.global_loss))
+                and _is_number(r.seconds) and all(_is_number(getattr(r.costs, f.name)) for f in fields(r.costs))):
+            return f"round {r.round!r} holds values that are not numbers"
     return None
 
 
@@ -1503,14 +1581,12 @@ def load_comparison(
     n_clients = 0
     for path in run_files(runs):
         try:
-            text = read_text(path)
-            problem = _result_problem(text)
-        except (OSError, UnicodeDecodeError, EOFError) as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        if problem is not None:
+            d, problem = _parse_result(read_text(path))
+        except _READ_ERRORS as exc:
+            d, problem = None, f"{type(exc).__name__}: {exc}"
+        if d is None:
             warnings.warn(f"{path} is unreadable ({problem}); skipped", CorruptFileWarning, stacklevel=2)
             continue
-        d = json.loads(text)
         info = {k: d.get(k) for k in ("label", "seed", "command", "commit", "seconds", "finished", "machine")}
         info["status"] = d.get("status", "finished")
         if info["status"] == "failed":

@@ -13,6 +13,9 @@ __all__ = ["describe_setting", "plot_accuracy", "plot_communication", "plot_sele
 
 # Federation metadata that is not a partition parameter (the rest, e.g. shards_per_client or alpha, is).
 _NOT_PARTITION_PARAMS = ("dataset", "n_clients", "holdout", "random_state", "partition", "data_dir", "download")
+# Columns of the selection-frequency image: above this many clients each column is a group of consecutive clients,
+# so the figure's width and memory stay bounded whatever n_clients is (Agg cannot draw 65,536 pixels wide).
+MAX_COLUMNS = 500
 
 
 def _seed_list(seeds: Sequence[int]) -> str:
@@ -83,7 +86,7 @@ def figure_size(kind: str, labels: Sequence[str], n_clients: int = 0) -> tuple[f
     "communication"): room for the longest label (tick labels and legend entries are never cut)."""
     room = 0.075 * max((len(str(label)) for label in labels), default=0)  # ~ the width of 10 pt characters
     if kind == "selection_frequency":
-        return (max(7.0, n_clients * 0.09) + room, 1.6 + 0.45 * len(labels))
+        return (max(7.0, min(n_clients, MAX_COLUMNS) * 0.09) + room, 1.6 + 0.45 * len(labels))
     if kind == "communication":
         return (7.0 + room, 2.2 + 0.4 * len(labels))
     return (7.0 + room, 4.5)
@@ -178,13 +181,17 @@ def plot_selection_frequency(
     """How often each client was chosen per run, per scheme, averaged over seeds (FedCor's Fig. 6).
 
     Beside each row, ``cv`` is the coefficient of variation of the counts across clients (std /
-    mean): 0 when every client was chosen equally often.
+    mean): 0 when every client was chosen equally often. Above :data:`MAX_COLUMNS` clients, each
+    column shows the mean count of a group of ``ceil(n_clients / MAX_COLUMNS)`` consecutive
+    clients (``cv`` is still over single clients): memory is O(selections + MAX_COLUMNS), not
+    O(n_clients).
 
     Parameters
     ----------
     results : mapping
         Label -> histories.
     n_clients : int
+        Client ids chosen must lie in ``0 .. n_clients - 1``.
     ax : matplotlib Axes, optional
     title : str, optional
     setting : bool, default True
@@ -194,23 +201,48 @@ def plot_selection_frequency(
     -------
     matplotlib Axes
     """
+    n_clients = int(n_clients)
     labels = [k for k, v in results.items() if v]
     ax = _axes(ax, figure_size("selection_frequency", labels, n_clients))
     if not labels:  # every run failed: say so instead of drawing an empty frame
         ax.text(0.5, 0.5, "no finished run to show", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return ax
-    freq = np.array(
-        [np.sum([h.selection_counts(n_clients) for h in results[label]], axis=0) / len(results[label])
-         for label in labels]
-    ).reshape(len(labels), n_clients)
-    image = ax.imshow(freq, aspect="auto", cmap="viridis", interpolation="nearest")
+    if n_clients < 1:
+        raise ValueError(f"plot_selection_frequency: n_clients={n_clients} must be at least 1")
+    group = -(-n_clients // MAX_COLUMNS)  # clients per column
+    columns = -(-n_clients // group)
+    rows, cvs = [], []
+    for label in labels:
+        hs = results[label]
+        ids = np.fromiter((k for h in hs for r in h.rounds for k in r.clients), dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= n_clients):
+            raise ValueError(f"plot_selection_frequency: runs of {label!r} chose client ids outside "
+                             f"0 .. {n_clients - 1}")
+        if group == 1:
+            row = np.bincount(ids, minlength=n_clients) / len(hs)
+            cvs.append(row.std() / row.mean() if row.mean() > 0 else 0.0)
+        else:  # from the chosen clients' counts alone: the others count 0
+            chosen, counts = np.unique(ids, return_counts=True)
+            c = counts / len(hs)
+            mean = c.sum() / n_clients
+            cvs.append(float(np.sqrt(max((c**2).sum() / n_clients - mean**2, 0.0)) / mean) if mean > 0 else 0.0)
+            sizes = np.full(columns, group)
+            sizes[-1] = n_clients - group * (columns - 1)
+            row = np.bincount(chosen // group, weights=c, minlength=columns) / sizes
+        rows.append(row)
+    freq = np.array(rows).reshape(len(labels), columns)
+    if group == 1:
+        image = ax.imshow(freq, aspect="auto", cmap="viridis", interpolation="nearest")
+        ax.set_xlabel("client id   (cv: std / mean of the counts across clients)")
+    else:
+        image = ax.imshow(freq, aspect="auto", cmap="viridis", interpolation="nearest",
+                          extent=(-0.5, n_clients - 0.5, len(labels) - 0.5, -0.5))
+        ax.set_xlabel(f"client id, in groups of {group}   (cv: std / mean of the counts across clients)")
     ax.set_yticks(np.arange(len(labels)), labels)
-    ax.set_xlabel("client id   (cv: std / mean of the counts across clients)")
-    ax.figure.colorbar(image, ax=ax, label="times chosen per run\n(mean over seeds)", pad=0.08)
-    for i in range(len(labels)):
-        row = freq[i]
-        cv = row.std() / row.mean() if row.mean() > 0 else 0.0
+    ax.figure.colorbar(image, ax=ax, label="times chosen per run\n(mean over seeds"
+                       + (")" if group == 1 else " and the group)"), pad=0.08)
+    for i, cv in enumerate(cvs):
         ax.text(n_clients - 0.5, i, f" cv {cv:.2f}", va="center", ha="left", fontsize="x-small",
                 clip_on=False)
     _set_title(ax, title, {k: results[k] for k in labels}, setting)

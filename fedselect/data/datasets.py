@@ -425,12 +425,69 @@ def load_mnist(
     return _load_idx_dataset("MNIST", ("mnist", "MNIST/raw"), _MNIST_REMOTE, data_dir, download, normalize)
 
 
+class _NdarrayToken:
+    """What ``numpy.ndarray`` resolves to in a batch: accepted by ``_reconstruct`` only, never called."""
+
+
+_NDARRAY = _NdarrayToken()
+
+
+def _batch_dtype(spec: Any, align: bool = False, copy: bool = False) -> np.dtype:
+    dtype = np.dtype(spec, align, copy)
+    if dtype.hasobject:
+        raise pickle.UnpicklingError("object arrays are not read from a CIFAR-10 batch")
+    return dtype
+
+
+def _batch_reconstruct(subtype: Any, shape: Any, typecode: Any) -> np.ndarray:
+    if subtype is not _NDARRAY or tuple(shape) != (0,):  # what numpy's pickles always give; the state sets the rest
+        raise pickle.UnpicklingError("an array reconstruction other than numpy's own")
+    return np.ndarray((0,), dtype=np.uint8)
+
+
+def _batch_frombuffer(buf: Any, dtype: Any, shape: Any, order: str) -> np.ndarray:
+    return np.frombuffer(buf, dtype=_batch_dtype(dtype)).reshape(shape, order=order)
+
+
+def _latin1(text: Any, encoding: str = "utf-8") -> bytes:  # how protocol-2 pickles from Python 3 hold bytes
+    if not isinstance(text, str) or encoding != "latin1":
+        raise pickle.UnpicklingError("_codecs.encode other than latin1 text")
+    return text.encode("latin1")
+
+
+_BATCH_GLOBALS = {
+    ("numpy", "ndarray"): _NDARRAY,
+    ("numpy", "dtype"): _batch_dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _batch_reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _batch_reconstruct,
+    ("numpy.core.numeric", "_frombuffer"): _batch_frombuffer,
+    ("numpy._core.numeric", "_frombuffer"): _batch_frombuffer,
+    ("_codecs", "encode"): _latin1,
+}
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    """Reads a CIFAR-10 python batch: dicts, lists, bytes, str, numbers and numpy arrays of plain dtypes.
+
+    Every other global (``os.system``, ``builtins.eval``, any class or function) is refused, so a
+    planted batch cannot run code; array sizes are checked by numpy against their data.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        obj = _BATCH_GLOBALS.get((module, name))
+        if obj is None:
+            raise pickle.UnpicklingError(f"refused global {module}.{name}: a CIFAR-10 batch holds only arrays")
+        return obj
+
+
 def _unpickle_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     try:
         with open(path, "rb") as fh:
-            batch = pickle.load(fh, encoding="bytes")
-    except (EOFError, pickle.UnpicklingError, ValueError) as exc:
-        raise ValueError(f"{path}: corrupted or truncated CIFAR-10 batch ({exc}); replace the file") from exc
+            batch = _BatchUnpickler(fh, encoding="bytes").load()
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
+        raise ValueError(
+            f"{path}: corrupted, truncated or not a CIFAR-10 python batch ({exc}); replace the file"
+        ) from exc
     try:
         data = np.asarray(batch[b"data"], dtype=np.uint8)
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
@@ -469,8 +526,8 @@ def load_cifar10(
 
     Reads the python batches ``data_batch_1`` ... ``data_batch_5`` and ``test_batch``
     from a directory or its ``cifar-10-batches-py`` (or ``cifar10``) subdirectory,
-    searched like :func:`load_fmnist`. The batches are pickles: only load files you
-    trust.
+    searched like :func:`load_fmnist`. The batches are pickles, read by a restricted
+    unpickler that admits only plain containers and numpy arrays: a planted batch runs no code.
 
     Parameters
     ----------

@@ -1,6 +1,12 @@
 """The simulator: batched local training, the paid oracle, per-round history."""
 
-from .checkpoint import CheckpointMismatchError, CorruptFileWarning
+from .checkpoint import (
+    CheckpointMismatchError,
+    CorruptFileWarning,
+    LegacyCheckpointError,
+    UnsafeStateError,
+    UntrustedCheckpointError,
+)
 from .costs import Costs
 from .engine import Engine, LocalSchedule, aggregate_buffers
 from .history import History, RoundRecord
@@ -17,10 +23,13 @@ __all__ = [
     "FedCorMLP",
     "FederatedTrainer",
     "History",
+    "LegacyCheckpointError",
     "LocalSchedule",
     "LogisticRegression",
     "RoundRecord",
     "SimulationOracle",
+    "UnsafeStateError",
+    "UntrustedCheckpointError",
     "aggregate_buffers",
     "build_model",
     "lr_at",

@@ -31,9 +31,16 @@ from ..selection import (
 )
 from .checkpoint import (
     CheckpointMismatchError,
+    JSONValue,
+    Pickled,
+    UnsafeStateError,
+    check_state,
     describe_differences,
     flatten_config,
-    read_checkpoint,
+    move_aside,
+    open_checkpoint,
+    restore_selector_state,
+    selector_state,
     write_checkpoint,
 )
 from .engine import LOSSES, Engine, LocalSchedule, aggregate_buffers
@@ -59,10 +66,12 @@ class _SelectorSpecs(Constraint):
 
     def invalid_examples(self) -> list[Any]:
         return [object(), 1.5, ("random",), (int, {})]
+# The name format 1 (a pickle) used, kept so that such a file is found and refused rather than ignored.
 CHECKPOINT_FILE = "checkpoint.pkl"
-_CHECKPOINT_FORMAT = 1
+_CHECKPOINT_FORMAT = 2
 # Parameters that do not change a run's numbers: a checkpoint may be resumed with other values.
-_NOT_FINGERPRINTED = ("progress", "n_threads", "callback", "checkpoint_dir", "checkpoint_every", "divergence")
+_NOT_FINGERPRINTED = ("progress", "n_threads", "callback", "checkpoint_dir", "checkpoint_every", "checkpoint_trusted",
+                      "divergence")
 # Options added after checkpoints existed: left out of the fingerprint at their defaults, so old checkpoints resume.
 _LATER_DEFAULTS: dict[str, Any] = {"loss": "cross-entropy", "momentum": 0.0, "nesterov": False}
 
@@ -541,22 +550,33 @@ class FederatedTrainer(BaseEstimator):
         the rule (non-finite values still raise). Evaluating L_0 costs one test pass and
         changes nothing else in the run.
     checkpoint_dir : path or None, default None
-        Where :meth:`fit` keeps a checkpoint (``checkpoint.pkl``) of the run in progress: the
-        global model, the fitted selector (pickled, random generators included), the random
-        generators of numpy, torch and Python, the history so far and a fingerprint of the
-        configuration. A ``fit`` that finds a checkpoint of the same configuration resumes from
-        it and returns exactly the history an uninterrupted run returns (every per-round field;
-        wall-clock seconds of resumed rounds are those first measured); one written by another
-        configuration raises :class:`~fedselect.simulation.checkpoint.CheckpointMismatchError`
-        naming the parameters that differ. A finished run leaves a final checkpoint, so fitting
+        Where :meth:`fit` keeps a checkpoint (``checkpoint.pkl``, a name kept from format 1) of
+        the run in progress: the global model, the selector's learned state (random generators
+        included; its parameters come from the resuming trainer), the random generators of
+        numpy, torch and Python, the history so far and a fingerprint of the configuration, in
+        a format that carries no code (:mod:`fedselect.simulation.checkpoint`: JSON, ``.npy``
+        arrays, and an allow-listed unpickler for the selector's objects). A ``fit`` that finds
+        a checkpoint of the same configuration resumes from it and returns exactly the history
+        an uninterrupted run returns (every per-round field; wall-clock seconds of resumed
+        rounds are those first measured); one written by another configuration raises
+        :class:`~fedselect.simulation.checkpoint.CheckpointMismatchError` naming the parameters
+        that differ. A finished run leaves a final checkpoint, so fitting
         again with the same directory returns the same result without training (delete the
         directory, or use another, to train afresh). An unreadable checkpoint is moved aside
-        with a warning and the run starts over. ``progress``, ``n_threads``, ``callback``,
-        ``divergence`` and the checkpoint settings are not part of the fingerprint. The callback
-        is called only for the rounds this call trains.
+        with a warning and the run starts over. A checkpoint in the pickle format of earlier
+        versions is not read: :class:`~fedselect.simulation.checkpoint.LegacyCheckpointError`
+        (delete it to rerun). ``progress``, ``n_threads``, ``callback``, ``divergence`` and the
+        checkpoint settings are not part of the fingerprint. The callback is called only for
+        the rounds this call trains.
     checkpoint_every : int, default 10
         Write the checkpoint after every k-th round (and when the run ends): a kill redoes at
-        most k rounds. Each write pickles the selector and the model and fsyncs one file.
+        most k rounds. Each write serialises the selector's state and the model and fsyncs one file.
+    checkpoint_trusted : bool, default False
+        A selector whose learned state holds objects outside the allow-list (a plugin's helper
+        class from another module, a function) cannot be checkpointed safely: :meth:`fit`
+        raises :class:`~fedselect.simulation.checkpoint.UnsafeStateError` before training,
+        naming the attribute. True writes such state with full pickle and reads it back, which
+        runs code from the file: only for a ``checkpoint_dir`` no one else can write to.
 
     Attributes
     ----------
@@ -628,6 +648,7 @@ class FederatedTrainer(BaseEstimator):
         divergence: float | None = 10.0,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         checkpoint_every: int = 10,
+        checkpoint_trusted: bool = False,
     ) -> None:
         self.selector = selector
         self.model = model
@@ -659,6 +680,7 @@ class FederatedTrainer(BaseEstimator):
         self.divergence = divergence
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = checkpoint_every
+        self.checkpoint_trusted = checkpoint_trusted
 
     # -- validation -----------------------------------------------------------------
     # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
@@ -695,6 +717,7 @@ class FederatedTrainer(BaseEstimator):
         "divergence": [None, Interval(Real, 1, None, closed="neither")],
         "checkpoint_dir": [None, InstanceOf(str, "a directory path"), InstanceOf(os.PathLike, "a directory path")],
         "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
+        "checkpoint_trusted": ["boolean"],
     }
 
     def _validate(self, fed: Any) -> None:
@@ -922,14 +945,17 @@ class FederatedTrainer(BaseEstimator):
             if self.checkpoint_dir is not None:
                 ckpt_path = Path(self.checkpoint_dir) / CHECKPOINT_FILE
                 fingerprint = self._fingerprint(fed, selector, theta)
-                state = self._read_checkpoint(ckpt_path, fingerprint)
+                self._ckpt_rounds: list[dict[str, Any]] = []  # the rounds as JSON, kept between writes
+                if not self.checkpoint_trusted:
+                    self._check_checkpointable(selector)
+                state = self._read_checkpoint(ckpt_path, fingerprint, selector, theta)
                 if state is not None:
                     selector = state["selector"]
-                    theta = torch.from_numpy(state["theta"])
-                    if state.get("buffers") is not None:
-                        self._buffers = {k: torch.from_numpy(v) for k, v in state["buffers"].items()}
-                    history.rounds = list(state["rounds"])
-                    start, finished = int(state["next_round"]), bool(state["finished"])
+                    theta = state["theta"]
+                    if state["buffers"] is not None:
+                        self._buffers = state["buffers"]
+                    history.rounds = state["rounds"]
+                    start, finished = state["next_round"], state["finished"]
                     _set_rng_state(state["rng"])
             self.selector_ = selector
             self.history_ = history
@@ -973,7 +999,7 @@ class FederatedTrainer(BaseEstimator):
             self.buffers_ = {k: v.numpy().copy() for k, v in (self._buffers or {}).items()}
         finally:
             torch.set_num_threads(old_threads)
-            for attr in ("_engine", "_fed", "_buffers"):
+            for attr in ("_engine", "_fed", "_buffers", "_ckpt_rounds"):
                 self.__dict__.pop(attr, None)
 
     # -- divergence and checkpoints -------------------------------------------------
@@ -1019,16 +1045,29 @@ class FederatedTrainer(BaseEstimator):
             "failures": {"report_probability_sha256": report_sha},
         })
 
-    def _read_checkpoint(self, path: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
-        state = read_checkpoint(path)
-        if state is None:
-            return None
-        if state.get("format") != _CHECKPOINT_FORMAT or "fingerprint" not in state:
-            from .checkpoint import move_aside
+    def _check_checkpointable(self, selector: BaseSelector) -> None:
+        """Refuse, before training, a selector whose fitted state the safe format cannot hold."""
+        try:
+            check_state({"selector": Pickled(selector_state(selector), classes=(type(selector),))})
+        except UnsafeStateError as exc:
+            raise UnsafeStateError(_unsafe_message(selector, exc)) from exc
 
-            move_aside(path, f"checkpoint format {state.get('format')!r}, expected {_CHECKPOINT_FORMAT}")
+    def _read_checkpoint(self, path: Path, fingerprint: dict[str, Any], selector: BaseSelector,
+                         theta: torch.Tensor) -> dict[str, Any] | None:
+        """The checkpoint's run state, decoded and checked against this run; None to start afresh.
+
+        The fingerprint is compared before any object is unpickled; the selector's state is
+        unpickled by the allow-listed unpickler (full pickle only for state written with
+        ``checkpoint_trusted=True`` and read with it) and applied to a copy of ``selector``.
+        """
+        ckpt = open_checkpoint(path)  # LegacyCheckpointError for format 1, propagated
+        if ckpt is None:
             return None
-        diff = describe_differences(state["fingerprint"], fingerprint)
+        plain = ckpt.plain
+        if plain.get("format") != _CHECKPOINT_FORMAT or not isinstance(plain.get("fingerprint"), dict):
+            move_aside(path, f"checkpoint format {plain.get('format')!r}, expected {_CHECKPOINT_FORMAT}")
+            return None
+        diff = describe_differences(plain["fingerprint"], fingerprint)
         if diff:
             shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in list(diff.items())[:8])
             more = f" (and {len(diff) - 8} more)" if len(diff) > 8 else ""
@@ -1037,22 +1076,58 @@ class FederatedTrainer(BaseEstimator):
                 "Use another checkpoint_dir, or delete this one to start the run over",
                 path=path, differences=diff,
             )
-        return state
+        state = ckpt.load(classes=(type(selector),), trusted=bool(self.checkpoint_trusted))
+        if state is None:
+            return None
+        try:
+            out = {
+                "theta": _checked_tensor(state["theta"], theta, "theta"),
+                "buffers": None if state["buffers"] is None else {
+                    k: _checked_tensor(state["buffers"][k], v, f"buffer {k}")
+                    for k, v in (self._buffers or {}).items()},
+                "selector": restore_selector_state(selector, state["selector"]),
+                "rounds": [RoundRecord.from_dict(r) for r in state["rounds"]],
+                "next_round": _checked_int(state["next_round"], "next_round"),
+                "finished": _checked_bool(state["finished"], "finished"),
+                "rng": _rng_from_checkpoint(state["rng"]),
+            }
+            if (out["buffers"] is None) != (self._buffers is None) or (
+                    out["buffers"] is not None and set(state["buffers"]) != set(out["buffers"])):
+                raise ValueError("its buffers are not the model's")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            move_aside(path, f"its state does not fit this run: {type(exc).__name__}: {exc}")
+            return None
+        return out
 
     def _write_checkpoint(self, path: Path, fingerprint: dict[str, Any] | None, theta: torch.Tensor,
                           selector: BaseSelector, history: History, next_round: int, finished: bool) -> None:
-        write_checkpoint(path, {
-            "format": _CHECKPOINT_FORMAT,
-            "fingerprint": fingerprint,
-            "next_round": int(next_round),
-            "finished": bool(finished),
-            "theta": theta.numpy().copy(),
-            "buffers": None if self._buffers is None else {k: v.numpy().copy() for k, v in self._buffers.items()},
-            "selector": selector,
-            "rounds": history.rounds,
-            "rng": _get_rng_state(),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        })
+        try:
+            write_checkpoint(path, {
+                "format": _CHECKPOINT_FORMAT,
+                "fingerprint": fingerprint,
+                "next_round": int(next_round),
+                "finished": bool(finished),
+                "theta": theta.numpy(),
+                "buffers": None if self._buffers is None else {k: v.numpy() for k, v in self._buffers.items()},
+                "selector_class": f"{type(selector).__module__}.{type(selector).__qualname__}",
+                "selector": Pickled(selector_state(selector), classes=(type(selector),),
+                                    trusted=bool(self.checkpoint_trusted)),
+                "rounds": JSONValue(self._rounds_as_json(history)),
+                "rng": _get_rng_state(),
+                "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            })
+        except UnsafeStateError as exc:
+            raise UnsafeStateError(_unsafe_message(selector, exc, path)) from exc
+
+    def _rounds_as_json(self, history: History) -> list[dict[str, Any]]:
+        """The history's rounds as plain dicts, converting only those added since the last write (a
+        round's record is final once appended), so a write costs O(new rounds) Python work."""
+        done = self.__dict__.setdefault("_ckpt_rounds", [])
+        n = len(done)
+        if n > len(history.rounds) or (n and done[-1]["round"] != history.rounds[n - 1].round):
+            done.clear()
+        done.extend(_json_ready(r.to_dict()) for r in history.rounds[len(done):])
+        return done
 
     def _unavailable(self, t: int) -> np.ndarray:
         """The clients that will not answer in round ``t``: their own stream, the same for every selector."""
@@ -1141,7 +1216,7 @@ class FederatedTrainer(BaseEstimator):
 
     def _config(self, fed: Any, selector: BaseSelector) -> dict[str, Any]:
         params = {k: v for k, v in self.get_params(deep=False).items()
-                  if k not in ("selector", "callback", "checkpoint_dir", "checkpoint_every")}
+                  if k not in ("selector", "callback", "checkpoint_dir", "checkpoint_every", "checkpoint_trusted")}
         if isinstance(params.get("model"), torch.nn.Module):
             params["model"] = type(params["model"]).__name__
         for key in ("model", "loss"):
@@ -1156,18 +1231,83 @@ class FederatedTrainer(BaseEstimator):
 
 
 def _get_rng_state() -> dict[str, Any]:
-    """The global random generators. The run itself draws from keyed streams (minibatches from
-    (seed, round, client), dropout reseeded per round) and from the selector's own generators,
-    which are pickled with it; the global ones are saved too so that a selector or model that
-    draws from them still resumes identically."""
-    legacy = np.random.get_state()  # noqa: NPY002 (the legacy global generator, on purpose)
-    return {"torch": torch.get_rng_state(), "numpy": legacy, "python": random.getstate()}
+    """The global random generators, as JSON values and arrays. The run itself draws from keyed
+    streams (minibatches from (seed, round, client), dropout reseeded per round) and from the
+    selector's own generators, which are saved with its state; the global ones are saved too so
+    that a selector or model that draws from them still resumes identically."""
+    name, key, pos, has_gauss, gauss = np.random.get_state()  # noqa: NPY002 (the legacy global generator)
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state().numpy(),
+        "numpy": {"bit_generator": str(name), "key": np.asarray(key, dtype=np.uint32), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)},
+        "python": {"version": int(version), "internal": np.asarray(internal, dtype=np.int64),
+                   "gauss_next": None if gauss_next is None else float(gauss_next)},
+    }
 
 
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])  # noqa: NPY002
-    random.setstate(state["python"])
+def _rng_from_checkpoint(state: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """:func:`_get_rng_state`'s values read back and checked (ValueError, TypeError, KeyError if malformed)."""
+    t, n, p = state["torch"], state["numpy"], state["python"]
+    if not (isinstance(t, np.ndarray) and t.dtype == np.uint8 and t.ndim == 1):
+        raise TypeError("the torch generator state is not a uint8 vector")
+    key = n["key"]
+    if not (isinstance(key, np.ndarray) and key.dtype == np.uint32 and key.shape == (624,)
+            and n["bit_generator"] == "MT19937" and 0 <= _checked_int(n["pos"], "pos") <= 624
+            and n["has_gauss"] in (0, 1) and isinstance(n["cached_gaussian"], float)):
+        raise ValueError("the numpy generator state is malformed")
+    internal = p["internal"]
+    if not (isinstance(internal, np.ndarray) and internal.dtype == np.int64 and internal.shape == (625,)
+            and bool(np.all((internal >= 0) & (internal < 2**32))) and p["version"] == 3
+            and (p["gauss_next"] is None or isinstance(p["gauss_next"], float))):
+        raise ValueError("the Python generator state is malformed")
+    return (torch.from_numpy(t.copy()),
+            ("MT19937", key, int(n["pos"]), int(n["has_gauss"]), float(n["cached_gaussian"])),
+            (3, tuple(int(x) for x in internal), p["gauss_next"]))
+
+
+def _set_rng_state(state: tuple[Any, Any, Any]) -> None:
+    torch.set_rng_state(state[0])
+    np.random.set_state(state[1])  # noqa: NPY002
+    random.setstate(state[2])
+
+
+def _checked_tensor(value: Any, like: torch.Tensor, what: str) -> torch.Tensor:
+    if not (isinstance(value, np.ndarray) and value.dtype == like.numpy().dtype and value.shape == tuple(like.shape)):
+        raise ValueError(f"its {what} is not a {like.numpy().dtype} array of shape {tuple(like.shape)}")
+    return torch.from_numpy(np.ascontiguousarray(value))
+
+
+def _checked_int(value: Any, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"its {what} is not a non-negative int")
+    return value
+
+
+def _checked_bool(value: Any, what: str) -> bool:
+    if type(value) is not bool:
+        raise ValueError(f"its {what} is not a bool")
+    return value
+
+
+def _json_ready(value: Any) -> Any:
+    """A round's dict with numpy scalars as Python numbers (JSON, not pickled objects)."""
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _unsafe_message(selector: BaseSelector, exc: Exception, path: Path | None = None) -> str:
+    kept = f"; the last checkpoint in {path.parent} is kept" if path is not None and path.exists() else ""
+    return (f"FederatedTrainer: the state of selector {type(selector).__name__} cannot be checkpointed without "
+            f"pickle: {exc}{kept}. A checkpoint holds plain values, numpy arrays and torch tensors, numpy and torch "
+            "random generators, torch modules, scipy CSR/CSC/COO matrices and objects of classes defined in the "
+            "selector's own module. Keep other objects out of its fitted attributes, or pass "
+            "checkpoint_trusted=True to write and read them with pickle, which runs code from the file: only for a "
+            "checkpoint_dir no one else can write to (fedselect run/compare: --checkpoint-every 0 runs without "
+            "checkpoints)")
 
 
 def _plain(d: Mapping[str, Any]) -> dict[str, Any]:
