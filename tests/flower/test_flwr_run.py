@@ -1,10 +1,11 @@
 """`flwr run examples/flower-fedcor` under Flower's simulation engine, exactly as docs/flower.rst says.
 
 The CLI starts a local SuperLink in simulation mode in the background and leaves it running;
-the test gives it free ports and a temporary FLWR_HOME, and stops it (found by that FLWR_HOME
-in its command line) afterwards.
+the test gives it free ports and a temporary FLWR_HOME, and stops it afterwards by the PID the
+docs tell a user to find (the flower-superlink whose log file lies in that FLWR_HOME).
 """
 
+import json
 import os
 import signal
 import socket
@@ -49,6 +50,13 @@ def _pids_with(text):
     return pids
 
 
+def _cmdline(pid):
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the background SuperLink through /proc")
 def test_flwr_run_of_the_example_under_the_simulation_engine(tmp_path):
     flwr = Path(sys.executable).with_name("flwr")
@@ -56,6 +64,7 @@ def test_flwr_run_of_the_example_under_the_simulation_engine(tmp_path):
         pytest.skip("the flwr CLI is not installed next to this Python")
     home = tmp_path / "flwr-home"
     home.mkdir()
+    records = tmp_path / "records-{run_id}.jsonl"
     http_port, control_port = _free_ports(2)
     env = dict(os.environ)
     env.update({
@@ -71,12 +80,15 @@ def test_flwr_run_of_the_example_under_the_simulation_engine(tmp_path):
         str(flwr), "run", "examples/flower-fedcor", "--stream",
         "--federation-config", "num-supernodes=4",
         "--run-config", f"dataset='digits' num-clients=4 clients-per-round=2 num-server-rounds={ROUNDS} "
-                        "warmup-rounds=1 gp-interval=2 lr=0.05",
+                        f"warmup-rounds=1 gp-interval=2 lr=0.05 records-path='{records}'",
     ]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     finally:
-        for pid in _pids_with(str(home)):  # the SuperLink the CLI left running (its children follow it)
+        # What docs/flower.rst says: the flower-superlink whose log file is under this FLWR_HOME, by its PID
+        # (its ServerApp processes follow it).
+        link = [pid for pid in _pids_with(f"{home}/local-superlink/") if "flower-superlink" in _cmdline(pid)]
+        for pid in link:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -85,10 +97,20 @@ def test_flwr_run_of_the_example_under_the_simulation_engine(tmp_path):
         while _pids_with(str(home)) and time.monotonic() < deadline:
             time.sleep(0.2)
     out = proc.stdout + proc.stderr
-    rounds = [line for line in out.splitlines() if line.startswith("fedselect round")]
-    # `flwr run` exits 0 even when the run fails on the SuperLink: the round lines are the evidence.
+    assert len(link) == 1, out[-3000:]
+    # The strategy logs each round as it ends.
+    rounds = [line for line in out.splitlines() if "fedselect round" in line]
+    # `flwr run` exits 0 even when the run fails on the SuperLink: the round lines and records are the evidence.
     assert proc.returncode == 0, out[-3000:]
+    assert "ServerApp raised an exception" not in out, out[-3000:]
     assert len(rounds) == ROUNDS, out[-3000:]
     assert all("failed []" in line for line in rounds), rounds
     assert "4 simulated SuperNodes" in out
+    # ... and appends each round's record to records-path ({run_id} replaced by the run's id).
+    (path,) = tmp_path.glob("records-*.jsonl")
+    run_id = path.name[len("records-"):-len(".jsonl")]
+    assert f"Successfully started run {run_id}" in out
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["round"] for r in lines] == list(range(ROUNDS))
+    assert all(r["failed"] == [] and len(r["clients"]) == 2 for r in lines), lines
     assert _pids_with(str(home)) == []

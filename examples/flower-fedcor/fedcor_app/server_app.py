@@ -1,6 +1,10 @@
 """The ServerApp: FedCor chooses the clients of every round; everything else is Flower's FedAvg."""
 
+from logging import INFO
+from pathlib import Path
+
 from flwr.app import Context
+from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 import fedselect
@@ -9,6 +13,17 @@ from fedselect.flower import SelectorStrategy
 from .task import federation_clients
 
 app = ServerApp()
+
+
+def records_path(context: Context) -> Path:
+    """Where the run's records go: the run config's ``records-path``, ``{run_id}`` replaced by the run's id.
+
+    A relative path is relative to the ServerApp process's working directory (the SuperLink's).
+    """
+    path = Path(str(context.run_config["records-path"]).replace("{run_id}", str(context.run_id))).expanduser()
+    path = path.resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @app.main()
@@ -20,6 +35,8 @@ def main(grid: Grid, context: Context) -> None:
     strategy = SelectorStrategy(
         fedselect.get_selector(str(cfg["selector"]), **params),
         clients_per_round=int(cfg["clients-per-round"]),
+        # N comes from the server's own run config, never from what the clients report: the run must
+        # set num-clients to the number of SuperNodes (flwr run ... --run-config "num-clients=5").
         n_clients=int(cfg["num-clients"]),
         aggregation="data-size",
         query_timeout=60.0,
@@ -27,16 +44,15 @@ def main(grid: Grid, context: Context) -> None:
         random_state=int(cfg["seed"]),
     )
     clients = federation_clients(cfg)  # the server evaluates the global model on the test split
-    result = strategy.start(
+    path = records_path(context)
+    log(INFO, "fedselect: run %s: %d clients, %s rounds; one JSON line per finished round in %s",
+        context.run_id, int(cfg["num-clients"]), cfg["num-server-rounds"], path)
+    # The strategy logs every round as it finishes (chosen, reported and failed clients, rejoins, the
+    # test accuracy) and appends the round's record to `path`.
+    strategy.start(
         grid,
         clients.initial_arrays(),
         num_rounds=int(cfg["num-server-rounds"]),
         evaluate_fn=clients.evaluate_fn(),
+        records_path=path,
     )
-    for rec in strategy.rounds_:
-        acc = result.evaluate_metrics_serverapp[rec.round + 1]["test-accuracy"]
-        print(
-            f"fedselect round {rec.round}: chose {rec.clients}, reported {rec.reported}, "
-            f"failed {rec.failed}, test accuracy {acc:.4f}, costs {rec.costs.to_dict()}",
-            flush=True,
-        )
