@@ -486,7 +486,7 @@ def _unpickle_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
             batch = _BatchUnpickler(fh, encoding="bytes").load()
     except (EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
         raise ValueError(
-            f"{path}: corrupted, truncated or not a CIFAR-10 python batch ({exc}); replace the file"
+            f"{path}: corrupted or truncated CIFAR-10 batch, or not a CIFAR-10 python batch ({exc}); replace the file"
         ) from exc
     try:
         data = np.asarray(batch[b"data"], dtype=np.uint8)
