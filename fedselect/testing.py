@@ -43,7 +43,8 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 
-from .ledger import Costs, RoundLedger, reporter_weights
+from .aggregation import aggregation_weights, apply_deltas
+from .ledger import Costs, RoundLedger
 from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
 __all__ = ["SyntheticOracle", "check_selector", "make_pools", "parametrize_with_checks", "yield_checks"]
@@ -342,15 +343,10 @@ class SyntheticOracle(ClientOracle):
         self._charge(before_costs)
         losses = self._loss_at(self.w, self._eval_noise(0))[reporters]
         deltas = self._deltas(reporters)
-        if selection.weights is not None:
-            weights = reporter_weights(selection.weights, ok)
-        else:
-            counts = np.ones(ids.size) if selection.counts is None else np.asarray(selection.counts, dtype=np.float64)
-            counts = counts[ok]
-            weights = counts / counts.sum() if counts.sum() > 0 else counts
+        weights = aggregation_weights(selection, ok, rule="mean")[ok]
         before = self.w.copy()
         if reporters.size:
-            self.w = (self.w.astype(np.float64) + weights @ deltas.astype(np.float64)).astype(np.float32)
+            self.w = apply_deltas(self.w, deltas, weights, accumulate="float64")
         feedback = RoundFeedback(
             round=self.round,
             clients=reporters,

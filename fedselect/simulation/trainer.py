@@ -19,7 +19,8 @@ from typing_extensions import Self
 
 from .._console import bars_wanted
 from .._validation import Constraint, InstanceOf, Interval, StrOptions, validate_parameters
-from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
+from ..aggregation import aggregation_weights, apply_deltas
+from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger
 from ..selection import (
     BaseSelector,
     ClientOracle,
@@ -346,7 +347,7 @@ class SimulationOracle(ClientOracle):
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
         w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
-        theta_trial = self._theta + (torch.from_numpy(w).float().unsqueeze(1) * self._updates_of(alive)).sum(0)
+        theta_trial = apply_deltas(self._theta, self._updates_of(alive), w)
         buffers_trial = None
         if self._buffers is not None:
             buffers_trial = aggregate_buffers(self._buffers, self.buffers_of(alive), w)
@@ -865,19 +866,8 @@ class FederatedTrainer(BaseEstimator):
         ``partial_weights`` when some chosen clients failed; otherwise the trainer's rule,
         normalised over the clients that reported.
         """
-        k = len(selection)
-        ok = np.ones(k, dtype=bool) if reported is None else np.asarray(reported, dtype=bool)
-        if selection.weights is not None:
-            out = np.zeros(k)
-            out[ok] = reporter_weights(selection.weights, ok, mode=self.partial_weights)
-            return out
-        counts = selection.counts if selection.counts is not None else np.ones(k)
-        if self.aggregation == "mean":
-            w = counts * ok
-        else:
-            w = counts * self._fed.n_samples[selection.clients] * ok
-        total = w.sum()
-        return w / total if total > 0 else w
+        return aggregation_weights(selection, reported, rule=self.aggregation, n_samples=self._fed.n_samples,
+                                   partial_weights=self.partial_weights)
 
     def _dropout_seed(self, round: int, purpose: str) -> int:
         tag = {"main": 0, "trial": 1}.get(purpose, 2)
@@ -1170,8 +1160,7 @@ class FederatedTrainer(BaseEstimator):
         weights = self._rule_weights(selection, reported)
         new_theta = theta
         if reporters.size:
-            w = torch.from_numpy(np.asarray(weights[reported], dtype=np.float32))
-            new_theta = theta + (w.unsqueeze(1) * stacked).sum(0)
+            new_theta = apply_deltas(theta, stacked, weights[reported])
             if self._buffers is not None:
                 self._buffers = aggregate_buffers(self._buffers, oracle.buffers_of(reporters), weights[reported])
         if not bool(torch.isfinite(new_theta).all()):
