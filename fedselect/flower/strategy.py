@@ -23,8 +23,9 @@ from sklearn.base import clone
 
 from .._validation import InstanceOf, Interval, Predicate, StrOptions, validate_parameters
 from ..aggregation import aggregation_weights, apply_deltas, average_buffer_deltas
-from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger
+from ..ledger import PARTIAL_WEIGHTS, RoundLedger
 from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
+from ..simulation.history import History, RoundRecord, Traffic
 from . import _protocol as P
 
 __all__ = ["FlowerOracle", "FlowerRound", "SelectorStrategy"]
@@ -37,21 +38,13 @@ class FlowerRoundWarning(UserWarning):
 
 
 @dataclass
-class Traffic:
-    """Messages and serialised bytes of one kind of exchange (down: server to clients)."""
+class FlowerRound(RoundRecord):
+    """What one round of a :class:`SelectorStrategy` did: a :class:`~fedselect.simulation.RoundRecord`.
 
-    messages_down: int = 0
-    bytes_down: int = 0
-    messages_up: int = 0
-    bytes_up: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class FlowerRound:
-    """What one round of a :class:`SelectorStrategy` did.
+    The one per-round record type of every world, with the fields only a Flower run fills
+    (``reported``, ``traffic``, ``rejected``, ``errors``, ``evaluation``), and
+    ``test_accuracy``/``test_loss`` taken from the centralised evaluation when it reports
+    ``"test-accuracy"``/``"test-loss"`` (or ``"accuracy"``/``"loss"``).
 
     Attributes
     ----------
@@ -84,20 +77,10 @@ class FlowerRound:
         The centralised evaluation after the round (``start(evaluate_fn=...)``), if any.
     """
 
-    round: int
-    clients: list[int]
-    reported: list[int] = field(default_factory=list)
-    failed: list[int] = field(default_factory=list)
-    weights: list[float] = field(default_factory=list)
-    costs: Costs = field(default_factory=Costs)
-    traffic: dict[str, Traffic] = field(default_factory=dict)
-    seconds: float = 0.0
-    rejected: dict[int, str] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    evaluation: dict[str, float] = field(default_factory=dict)
+    reported: list[int] = field(default_factory=list)  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as plain JSON-able values."""
+        """The record as plain JSON-able values (the keys ``records_path`` lines have always had)."""
         return {
             "round": self.round, "clients": list(self.clients), "reported": list(self.reported),
             "failed": list(self.failed), "weights": list(self.weights), "costs": self.costs.to_dict(),
@@ -105,6 +88,10 @@ class FlowerRound:
             "rejected": {str(k): v for k, v in self.rejected.items()}, "errors": list(self.errors),
             "evaluation": dict(self.evaluation),
         }
+
+    def as_round_record(self) -> RoundRecord:
+        """The same round as a plain :class:`~fedselect.simulation.RoundRecord` (for a :class:`History`)."""
+        return RoundRecord.from_dict(RoundRecord.to_dict(self))
 
 
 class FlowerOracle(ClientOracle):
@@ -344,6 +331,14 @@ def _aggregate_buffers(buffers: Mapping[str, np.ndarray], deltas: Sequence[Mappi
     return {name: value.numpy() for name, value in average_buffer_deltas(b, d, weights).items()}
 
 
+def _test_metrics(evaluation: Mapping[str, float]) -> tuple[float | None, float | None]:
+    """(test accuracy, test loss) of a centralised evaluation: ``test-accuracy``/``test-loss``, else
+    ``accuracy``/``loss``; None for what it does not report."""
+    acc = evaluation.get("test-accuracy", evaluation.get("accuracy"))
+    loss = evaluation.get("test-loss", evaluation.get("loss"))
+    return acc, loss
+
+
 def _is_names(value: Any) -> bool:
     """A sequence (not a string) of distinct strings."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -566,6 +561,9 @@ class SelectorStrategy(Strategy):
         The fitted clone.
     rounds_ : list of FlowerRound
         What every round did and cost.
+    history_ : History
+        The rounds as a :class:`~fedselect.simulation.History`, which
+        :class:`fedselect.compare.Comparison`, its tables and plots take like a simulated run's.
     client_nodes_ : dict of int to int
         Client id to Flower node id, as of the last round.
     """
@@ -933,8 +931,10 @@ class SelectorStrategy(Strategy):
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
                     if self.rounds_:
-                        self.rounds_[-1].evaluation = {k: float(v) for k, v in res.items()
-                                                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                        rec = self.rounds_[-1]
+                        rec.evaluation = {k: float(v) for k, v in res.items()
+                                          if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                        rec.test_accuracy, rec.test_loss = _test_metrics(rec.evaluation)
             if self.rounds_ and self.rounds_[-1].round == server_round - 1:
                 self._log_round(self.rounds_[-1])
                 if records_path is not None:
@@ -1080,6 +1080,23 @@ class SelectorStrategy(Strategy):
     @property
     def client_nodes_(self) -> dict[int, int]:
         return dict(self._node_of)
+
+    @property
+    def history_(self) -> History:
+        """The run so far as a :class:`~fedselect.simulation.History`, for :class:`fedselect.compare.Comparison`,
+        its tables and plots: one plain :class:`~fedselect.simulation.RoundRecord` per round (test accuracy
+        and loss from ``start(evaluate_fn=...)``), ``model_size`` the D parameters."""
+        layout = getattr(self, "_layout", None)
+        sel = getattr(self, "selector_", None)
+        config = {
+            "strategy": {"clients_per_round": int(self.clients_per_round), "n_clients": int(self.n_clients),
+                         "aggregation": self.aggregation, "partial_weights": self.partial_weights,
+                         "random_state": self.random_state},
+            "selector": {"name": type(sel).__name__ if sel is not None else str(self.selector)},
+            "n_clients": int(self.n_clients),
+        }
+        return History(rounds=[r.as_round_record() for r in self.rounds_],
+                       model_size=layout.size if layout is not None else 0, config=config)
 
     # -- helpers ----------------------------------------------------------------------
     def _exchange(self, grid: Grid, messages: list[Message], timeout: float, kind: str) -> list[Message]:
