@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,8 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 
-from .ledger import Costs, RoundLedger, reporter_weights
+from .ledger import Costs, RoundLedger
+from .round import Reports, conclude_round
 from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 
 __all__ = ["SyntheticOracle", "check_selector", "make_pools", "parametrize_with_checks", "yield_checks"]
@@ -331,39 +332,37 @@ class SyntheticOracle(ClientOracle):
         RoundFeedback
             Only the clients that reported.
         """
-        ids = self._ids(selection.clients, "run_round")
+        self._ids(selection.clients, "run_round")
+        steps = conclude_round(self, selection, self.w, round=self.round, needs=needs, rule="mean",
+                               accumulate="float64")
+        try:
+            next(steps)
+        except StopIteration as stop:
+            agg = stop.value
+        else:  # pragma: no cover - this transport answers at once
+            raise RuntimeError("SyntheticOracle.run_round: the round asked for work it cannot do")
+        self.w = agg.theta
+        self.round += 1
+        self._new_round_state()
+        return agg.feedback
+
+    # -- the round's transport (fedselect.round.Transport) ------------------------------
+    def train_chosen(self, ids: np.ndarray) -> Generator[Any, Any, Reports]:
+        """Train the chosen ``ids``; the reports of those that did not fail (no request is yielded)."""
         led = self.ledger
         before_costs = self._snapshot()
         self._train(ids)
-        ok = np.array([not led.is_failed(k) for k in ids.tolist()], dtype=bool)
-        reporters = ids[ok]
+        reporters = ids[np.array([not led.is_failed(k) for k in ids.tolist()], dtype=bool)]
         self._pay_losses(reporters)  # clients report their loss on w^t with their update
         led.upload(reporters)
         self._charge(before_costs)
         losses = self._loss_at(self.w, self._eval_noise(0))[reporters]
-        deltas = self._deltas(reporters)
-        if selection.weights is not None:
-            weights = reporter_weights(selection.weights, ok)
-        else:
-            counts = np.ones(ids.size) if selection.counts is None else np.asarray(selection.counts, dtype=np.float64)
-            counts = counts[ok]
-            weights = counts / counts.sum() if counts.sum() > 0 else counts
-        before = self.w.copy()
-        if reporters.size:
-            self.w = (self.w.astype(np.float64) + weights @ deltas.astype(np.float64)).astype(np.float32)
-        feedback = RoundFeedback(
-            round=self.round,
-            clients=reporters,
-            weights=weights,
-            losses=losses,
-            n_samples=self.n_samples[reporters],
-            updates=deltas if "updates" in needs else None,
-            global_before=before if "global" in needs else None,
-            global_after=self.w.copy() if "global" in needs else None,
-        )
-        self.round += 1
-        self._new_round_state()
-        return feedback
+        return Reports(reporters, self._deltas(reporters), losses, self.n_samples[reporters])
+        yield  # a generator, as the round expects
+
+    def aggregate_buffers(self, reporters: np.ndarray, weights: np.ndarray) -> None:
+        """The quadratic clients have no buffers."""
+        return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -22,8 +22,10 @@ from flwr.supercore import log
 from sklearn.base import clone
 
 from .._validation import InstanceOf, Interval, Predicate, StrOptions, validate_parameters
-from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
+from ..aggregation import aggregation_weights, apply_deltas, average_buffer_deltas
+from ..ledger import PARTIAL_WEIGHTS, RoundLedger
 from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
+from ..simulation.history import History, RoundRecord, Traffic
 from . import _protocol as P
 
 __all__ = ["FlowerOracle", "FlowerRound", "SelectorStrategy"]
@@ -36,21 +38,13 @@ class FlowerRoundWarning(UserWarning):
 
 
 @dataclass
-class Traffic:
-    """Messages and serialised bytes of one kind of exchange (down: server to clients)."""
+class FlowerRound(RoundRecord):
+    """What one round of a :class:`SelectorStrategy` did: a :class:`~fedselect.simulation.RoundRecord`.
 
-    messages_down: int = 0
-    bytes_down: int = 0
-    messages_up: int = 0
-    bytes_up: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class FlowerRound:
-    """What one round of a :class:`SelectorStrategy` did.
+    The one per-round record type of every world, with the fields only a Flower run fills
+    (``reported``, ``traffic``, ``rejected``, ``errors``, ``evaluation``), and
+    ``test_accuracy``/``test_loss`` taken from the centralised evaluation when it reports
+    ``"test-accuracy"``/``"test-loss"`` (or ``"accuracy"``/``"loss"``).
 
     Attributes
     ----------
@@ -83,20 +77,10 @@ class FlowerRound:
         The centralised evaluation after the round (``start(evaluate_fn=...)``), if any.
     """
 
-    round: int
-    clients: list[int]
-    reported: list[int] = field(default_factory=list)
-    failed: list[int] = field(default_factory=list)
-    weights: list[float] = field(default_factory=list)
-    costs: Costs = field(default_factory=Costs)
-    traffic: dict[str, Traffic] = field(default_factory=dict)
-    seconds: float = 0.0
-    rejected: dict[int, str] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    evaluation: dict[str, float] = field(default_factory=dict)
+    reported: list[int] = field(default_factory=list)  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as plain JSON-able values."""
+        """The record as plain JSON-able values (the keys ``records_path`` lines have always had)."""
         return {
             "round": self.round, "clients": list(self.clients), "reported": list(self.reported),
             "failed": list(self.failed), "weights": list(self.weights), "costs": self.costs.to_dict(),
@@ -104,6 +88,10 @@ class FlowerRound:
             "rejected": {str(k): v for k, v in self.rejected.items()}, "errors": list(self.errors),
             "evaluation": dict(self.evaluation),
         }
+
+    def as_round_record(self) -> RoundRecord:
+        """The same round as a plain :class:`~fedselect.simulation.RoundRecord` (for a :class:`History`)."""
+        return RoundRecord.from_dict(RoundRecord.to_dict(self))
 
 
 class FlowerOracle(ClientOracle):
@@ -260,7 +248,7 @@ class FlowerOracle(ClientOracle):
                 return np.full(self.n_clients, np.nan)
             w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
             stacked = stacked[keep]
-        theta_trial = _apply(self._theta, stacked, w)
+        theta_trial = apply_deltas(self._theta, stacked, w)
         buffers_trial = self.aggregated_buffers(alive, w)
         if not np.all(np.isfinite(theta_trial)):
             note = f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
@@ -331,40 +319,24 @@ def _aggregate_buffers(buffers: Mapping[str, np.ndarray], deltas: Sequence[Mappi
                        weights: Any) -> dict[str, np.ndarray]:
     """The global buffers after a round, from the clients' reported differences ``b_k - b^t``.
 
-    :func:`fedselect.simulation.engine.aggregate_buffers` written on the differences the clients
-    send: with a_k the weights the parameters are aggregated with,
-    ``b^{t+1} = b^t + sum_k (a_k / sum_j a_j) (b_k - b^t)`` in the buffer's dtype for
-    floating-point buffers, ``b^t + round(sum_k ...)`` (in float64) for integer ones, and
-    ``b^t`` for boolean ones; all-zero weights leave the buffers unchanged. The operations and
-    their order are that function's (it computes ``b_k - b^t`` first, which here the client
-    did), so the result is the simulator's to the last bit.
+    :func:`fedselect.aggregation.average_buffer_deltas` (the simulator's arithmetic,
+    :func:`fedselect.simulation.engine.aggregate_buffers`, which computes the differences the
+    clients here send) on numpy arrays: the result is the simulator's to the last bit.
     """
-    w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
-    total = float(w.sum()) if w.numel() else 0.0
-    if not buffers or total <= 0 or not len(deltas):
+    if not len(deltas):
         return dict(buffers)
-    w = w / total
-    out: dict[str, np.ndarray] = {}
-    for name, value in buffers.items():
-        b = torch.as_tensor(np.array(value))
-        shape = (-1,) + (1,) * b.dim()
-        if b.dtype == torch.bool:  # a mask: no mean exists; the global one stays
-            out[name] = np.array(value)
-            continue
-        d = torch.as_tensor(np.stack([np.asarray(x[name]) for x in deltas]))
-        if b.is_floating_point():
-            out[name] = (b + (w.to(b.dtype).view(shape) * d.to(b.dtype)).sum(0)).numpy()
-        else:
-            out[name] = (b + torch.round((w.view(shape) * d.double()).sum(0)).to(b.dtype)).numpy()
-    return out
+    b = {name: torch.as_tensor(np.array(value)) for name, value in buffers.items()}
+    d = {name: torch.as_tensor(np.stack([np.asarray(x[name]) for x in deltas]))
+         for name, value in b.items() if value.dtype != torch.bool}
+    return {name: value.numpy() for name, value in average_buffer_deltas(b, d, weights).items()}
 
 
-def _apply(theta: np.ndarray, deltas: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """theta + sum_k w_k delta_k in float32, with the simulator's exact arithmetic."""
-    t = torch.from_numpy(np.ascontiguousarray(theta, dtype=np.float32))
-    d = torch.from_numpy(np.ascontiguousarray(deltas, dtype=np.float32))
-    w = torch.from_numpy(np.asarray(weights, dtype=np.float32))
-    return (t + (w.unsqueeze(1) * d).sum(0)).numpy()
+def _test_metrics(evaluation: Mapping[str, float]) -> tuple[float | None, float | None]:
+    """(test accuracy, test loss) of a centralised evaluation: ``test-accuracy``/``test-loss``, else
+    ``accuracy``/``loss``; None for what it does not report."""
+    acc = evaluation.get("test-accuracy", evaluation.get("accuracy"))
+    loss = evaluation.get("test-loss", evaluation.get("loss"))
+    return acc, loss
 
 
 def _is_names(value: Any) -> bool:
@@ -589,6 +561,9 @@ class SelectorStrategy(Strategy):
         The fitted clone.
     rounds_ : list of FlowerRound
         What every round did and cost.
+    history_ : History
+        The rounds as a :class:`~fedselect.simulation.History`, which
+        :class:`fedselect.compare.Comparison`, its tables and plots take like a simulated run's.
     client_nodes_ : dict of int to int
         Client id to Flower node id, as of the last round.
     """
@@ -832,13 +807,9 @@ class SelectorStrategy(Strategy):
             self._norm_history.extend(np.linalg.norm(stacked.astype(np.float64), axis=1).tolist())
             del self._norm_history[:-50]
         n_k = np.array([self._n_samples[int(k)] for k in reported], dtype=np.int64)
-        if selection.weights is not None:
-            weights = reporter_weights(selection.weights, keep, mode=self.partial_weights)
-            new_theta = _apply(theta, stacked, weights)
-        elif self.aggregation is not None:
-            sub = Selection(reported, counts=selection.counts[keep] if selection.counts is not None else None)
-            weights = self._rule_weights(sub)
-            new_theta = _apply(theta, stacked, weights)
+        weights = self._rule_weights(selection, keep)[keep]
+        if selection.weights is not None or self.aggregation is not None:
+            new_theta = apply_deltas(theta, stacked, weights)
         else:
             counts = selection.counts[keep] if selection.counts is not None else np.ones(reported.size)
             fake = []
@@ -853,8 +824,6 @@ class SelectorStrategy(Strategy):
                 self._finish(record, led, st["start"])
                 return None, None
             new_theta = self._layout.flatten(agg, "aggregated model")
-            w = counts * n_k
-            weights = w / w.sum()
         new_buffers = st["oracle"].aggregated_buffers(reported, weights)
         if not np.all(np.isfinite(new_theta)) or not all(
                 np.all(np.isfinite(b)) for b in new_buffers.values() if np.issubdtype(b.dtype, np.floating)):
@@ -962,8 +931,10 @@ class SelectorStrategy(Strategy):
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
                     if self.rounds_:
-                        self.rounds_[-1].evaluation = {k: float(v) for k, v in res.items()
-                                                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                        rec = self.rounds_[-1]
+                        rec.evaluation = {k: float(v) for k, v in res.items()
+                                          if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                        rec.test_accuracy, rec.test_loss = _test_metrics(rec.evaluation)
             if self.rounds_ and self.rounds_[-1].round == server_round - 1:
                 self._log_round(self.rounds_[-1])
                 if records_path is not None:
@@ -1109,6 +1080,23 @@ class SelectorStrategy(Strategy):
     @property
     def client_nodes_(self) -> dict[int, int]:
         return dict(self._node_of)
+
+    @property
+    def history_(self) -> History:
+        """The run so far as a :class:`~fedselect.simulation.History`, for :class:`fedselect.compare.Comparison`,
+        its tables and plots: one plain :class:`~fedselect.simulation.RoundRecord` per round (test accuracy
+        and loss from ``start(evaluate_fn=...)``), ``model_size`` the D parameters."""
+        layout = getattr(self, "_layout", None)
+        sel = getattr(self, "selector_", None)
+        config = {
+            "strategy": {"clients_per_round": int(self.clients_per_round), "n_clients": int(self.n_clients),
+                         "aggregation": self.aggregation, "partial_weights": self.partial_weights,
+                         "random_state": self.random_state},
+            "selector": {"name": type(sel).__name__ if sel is not None else str(self.selector)},
+            "n_clients": int(self.n_clients),
+        }
+        return History(rounds=[r.as_round_record() for r in self.rounds_],
+                       model_size=layout.size if layout is not None else 0, config=config)
 
     # -- helpers ----------------------------------------------------------------------
     def _exchange(self, grid: Grid, messages: list[Message], timeout: float, kind: str) -> list[Message]:
@@ -1292,15 +1280,14 @@ class SelectorStrategy(Strategy):
             del past[:-20]
         return vals.tolist()
 
-    def _rule_weights(self, selection: Selection) -> np.ndarray:
-        counts = selection.counts if selection.counts is not None else np.ones(len(selection))
-        if selection.weights is not None:
-            return selection.weights
-        if self.aggregation == "mean":
-            w = counts
-        else:  # "data-size", and FedAvg's rule for trials when aggregation is None
-            w = counts * np.array([self._n_samples[int(k)] for k in selection.clients], dtype=np.float64)
-        return w / w.sum()
+    def _rule_weights(self, selection: Selection, reported: Any = None) -> np.ndarray:
+        """:func:`fedselect.aggregation.aggregation_weights` with this server's rule (FedAvg's for ``None``)."""
+        return aggregation_weights(selection, reported, rule=self.aggregation or "data-size",
+                                   n_samples=self._n_samples_array(), partial_weights=self.partial_weights)
+
+    def _n_samples_array(self) -> np.ndarray:
+        """n_k of clients 0..N-1 (from their first usable hello)."""
+        return np.array([self._n_samples[k] for k in range(int(self.n_clients_))], dtype=np.int64)
 
     def _finish(self, record: FlowerRound, led: RoundLedger, start: float) -> None:
         record.costs = copy.copy(led.costs)

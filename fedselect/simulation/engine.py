@@ -45,6 +45,8 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _NormBase
 
+from ..aggregation import average_buffer_deltas
+
 __all__ = ["LOSSES", "Engine", "LocalSchedule", "aggregate_buffers", "resolve_loss"]
 
 LOSSES = ("cross-entropy", "mse")
@@ -114,7 +116,9 @@ def aggregate_buffers(
     follow exactly the parameters' rule. Written as a delta, a buffer that no client changed
     stays bit for bit unchanged. Integer buffers (``num_batches_tracked``) get the rounded
     weighted mean of the clients' counts; boolean buffers (masks) keep the global value.
-    All-zero weights leave the buffers unchanged.
+    All-zero weights leave the buffers unchanged. The arithmetic is
+    :func:`fedselect.aggregation.average_buffer_deltas` on the differences ``b_k - b^t``, the
+    one the Flower server applies to the differences its clients report.
 
     Parameters
     ----------
@@ -129,24 +133,8 @@ def aggregate_buffers(
     -------
     dict of str to Tensor
     """
-    w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
-    total = float(w.sum()) if w.numel() else 0.0
-    if not buffers or total <= 0:
-        return dict(buffers)
-    w = w / total
-    out: dict[str, torch.Tensor] = {}
-    for name, b in buffers.items():
-        stacked = client_buffers[name]
-        shape = (-1,) + (1,) * b.dim()
-        if b.dtype == torch.bool:  # a mask: no mean exists; the global one stays
-            out[name] = b
-        elif b.is_floating_point():
-            delta = (w.to(b.dtype).view(shape) * (stacked - b.unsqueeze(0))).sum(0)
-            out[name] = b + delta
-        else:
-            delta = (w.view(shape) * (stacked - b.unsqueeze(0)).double()).sum(0)
-            out[name] = b + torch.round(delta).to(b.dtype)
-    return out
+    differences = {name: client_buffers[name] - b.unsqueeze(0) for name, b in buffers.items() if b.dtype != torch.bool}
+    return average_buffer_deltas(buffers, differences, weights)
 
 
 @dataclass(frozen=True)

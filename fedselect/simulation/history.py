@@ -11,12 +11,26 @@ from typing import Any
 
 from .costs import Costs
 
-__all__ = ["History", "RoundRecord"]
+__all__ = ["History", "RoundRecord", "Traffic"]
+
+
+@dataclass
+class Traffic:
+    """Messages and serialised bytes of one kind of exchange on the wire (down: server to clients)."""
+
+    messages_down: int = 0
+    bytes_down: int = 0
+    messages_up: int = 0
+    bytes_up: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
 
 
 @dataclass
 class RoundRecord:
-    """What happened in round ``round`` (rounds start at 0).
+    """What happened in round ``round`` (rounds start at 0), in any world: the simulator, a Flower run, the
+    synthetic test oracle (:func:`fedselect.round.play_round` writes it).
 
     Attributes
     ----------
@@ -24,9 +38,10 @@ class RoundRecord:
     clients : list of int
         The distinct clients chosen (those in ``failed`` did not report).
     weights : list of float
-        The aggregation weight each client's delta received.
-    lr : float
-        The local learning rate of the round.
+        The aggregation weight each client's delta received (the simulator: one per chosen
+        client, 0 for those that failed; a Flower run: one per reporting client).
+    lr : float or None
+        The local learning rate of the round (None where the server does not set it: Flower).
     test_accuracy, test_loss : float or None
         Of the aggregated model w^{t+1}; None in rounds that were not evaluated.
     global_loss : float or None
@@ -34,24 +49,47 @@ class RoundRecord:
     costs : Costs
         Everything the round cost, oracle queries included.
     failed : list of int
-        The chosen clients that did not report (client failures; their weight is 0).
+        The chosen clients that did not report (client failures; their weight is 0). A
+        Flower run lists every client that failed a query or a train message this round.
     seconds : float
         Wall-clock time of the round (excluded from equality and repr).
+    reported : list of int or None
+        The chosen clients whose update was aggregated, where a runtime records it (Flower).
+    traffic : dict of str to Traffic
+        Messages and bytes on the wire per kind of exchange (Flower: ``hello``, ``loss``,
+        ``update``, ``trial``, ``train``, ``evaluate``); empty in simulation.
+    rejected : dict of int to str
+        Clients whose reply the server refused this round, with the reason.
+    errors : list of str
+        What went wrong this round and was contained (a selector's exception fed by clients'
+        answers, a non-finite aggregate).
+    evaluation : dict of str to float
+        A centralised evaluation after the round (Flower's ``start(evaluate_fn=...)``), if any.
+
+    Notes
+    -----
+    :meth:`to_dict` writes the last five fields only when set, so the records of a
+    simulation (and the result files and digests made of them) are what they always were.
     """
 
     round: int
     clients: list[int]
-    weights: list[float]
-    lr: float
+    weights: list[float] = field(default_factory=list)
+    lr: float | None = None
     test_accuracy: float | None = None
     test_loss: float | None = None
     global_loss: float | None = None
     costs: Costs = field(default_factory=Costs)
     failed: list[int] = field(default_factory=list)
     seconds: float = field(default=0.0, compare=False, repr=False)
+    reported: list[int] | None = None
+    traffic: dict[str, Traffic] = field(default_factory=dict)
+    rejected: dict[int, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    evaluation: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "round": self.round,
             "clients": list(self.clients),
             "weights": list(self.weights),
@@ -63,11 +101,31 @@ class RoundRecord:
             "failed": list(self.failed),
             "seconds": self.seconds,
         }
+        out.update(self._optional_dict())
+        return out
+
+    def _optional_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.reported is not None:
+            out["reported"] = list(self.reported)
+        if self.traffic:
+            out["traffic"] = {k: v.to_dict() for k, v in self.traffic.items()}
+        if self.rejected:
+            out["rejected"] = {str(k): v for k, v in self.rejected.items()}
+        if self.errors:
+            out["errors"] = list(self.errors)
+        if self.evaluation:
+            out["evaluation"] = dict(self.evaluation)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundRecord:
         d = dict(d)
         d["costs"] = Costs(**d.get("costs", {}))
+        if "traffic" in d:
+            d["traffic"] = {str(k): Traffic(**v) for k, v in d["traffic"].items()}
+        if "rejected" in d:
+            d["rejected"] = {int(k): str(v) for k, v in d["rejected"].items()}
         return cls(**d)
 
 

@@ -19,11 +19,12 @@ from typing_extensions import Self
 
 from .._console import bars_wanted
 from .._validation import Constraint, InstanceOf, Interval, StrOptions, validate_parameters
-from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger, reporter_weights
+from ..aggregation import aggregation_weights, apply_deltas
+from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger
+from ..round import Aggregate, Reports, play_round
 from ..selection import (
     BaseSelector,
     ClientOracle,
-    RoundFeedback,
     Selection,
     check_param,
     is_int,
@@ -219,6 +220,8 @@ class SimulationOracle(ClientOracle):
         gives its clients (used by :meth:`trial`).
     dropout_seed : callable
         Maps a purpose (``"main"``, ``"trial"``) to the seed of the model's dropout masks.
+    n_samples : ndarray of int, optional
+        Every client's n_k (reported with each update to the round, :meth:`train_chosen`).
     """
 
     def __init__(
@@ -238,6 +241,7 @@ class SimulationOracle(ClientOracle):
         buffers: Mapping[str, torch.Tensor] | None = None,
         aggregation_weights: Callable[[Selection], np.ndarray],
         dropout_seed: Callable[[str], int],
+        n_samples: np.ndarray | None = None,
     ) -> None:
         self.ledger = ledger
         self.round = ledger.round
@@ -256,6 +260,7 @@ class SimulationOracle(ClientOracle):
         self._client_buffers: dict[int, dict[str, torch.Tensor]] = {}  # each trained client's buffers
         self._aggregation_weights = aggregation_weights
         self._dropout_seed = dropout_seed
+        self._n_samples = np.zeros(self.n_clients, dtype=np.int64) if n_samples is None else np.asarray(n_samples)
 
     @property
     def costs(self) -> Costs:
@@ -346,7 +351,7 @@ class SimulationOracle(ClientOracle):
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
         w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
-        theta_trial = self._theta + (torch.from_numpy(w).float().unsqueeze(1) * self._updates_of(alive)).sum(0)
+        theta_trial = apply_deltas(self._theta, self._updates_of(alive), w)
         buffers_trial = None
         if self._buffers is not None:
             buffers_trial = aggregate_buffers(self._buffers, self.buffers_of(alive), w)
@@ -415,6 +420,17 @@ class SimulationOracle(ClientOracle):
             Their losses l_k(w^t) before local training.
         """
         return _drive(self._run_selection_steps(ids))
+
+    def train_chosen(self, ids: np.ndarray) -> Generator[TrainingRequest, Any, Reports]:
+        """The round's transport (:class:`fedselect.round.Transport`): :meth:`run_selection` as reports."""
+        reporters, updates, losses = yield from self._run_selection_steps(ids)
+        return Reports(reporters, updates, losses, self._n_samples[reporters])
+
+    def aggregate_buffers(self, reporters: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor] | None:
+        """The global buffers averaged over ``reporters`` (:func:`aggregate_buffers`); None without buffers."""
+        if self._buffers is None:
+            return None
+        return aggregate_buffers(self._buffers, self.buffers_of(reporters), weights)
 
     def _run_selection_steps(
         self, ids: np.ndarray
@@ -865,19 +881,8 @@ class FederatedTrainer(BaseEstimator):
         ``partial_weights`` when some chosen clients failed; otherwise the trainer's rule,
         normalised over the clients that reported.
         """
-        k = len(selection)
-        ok = np.ones(k, dtype=bool) if reported is None else np.asarray(reported, dtype=bool)
-        if selection.weights is not None:
-            out = np.zeros(k)
-            out[ok] = reporter_weights(selection.weights, ok, mode=self.partial_weights)
-            return out
-        counts = selection.counts if selection.counts is not None else np.ones(k)
-        if self.aggregation == "mean":
-            w = counts * ok
-        else:
-            w = counts * self._fed.n_samples[selection.clients] * ok
-        total = w.sum()
-        return w / total if total > 0 else w
+        return aggregation_weights(selection, reported, rule=self.aggregation, n_samples=self._fed.n_samples,
+                                   partial_weights=self.partial_weights)
 
     def _dropout_seed(self, round: int, purpose: str) -> int:
         tag = {"main": 0, "trial": 1}.get(purpose, 2)
@@ -1160,59 +1165,42 @@ class FederatedTrainer(BaseEstimator):
             buffers=self._buffers,
             aggregation_weights=self._rule_weights,
             dropout_seed=lambda purpose: self._dropout_seed(t, purpose),
+            n_samples=fed.n_samples,
         )
         name = type(selector).__name__
-        raw = selector.select(n, round=t, oracle=oracle)
-        selection = raw.validated(fed.n_clients, n, variable_size=bool(selector.variable_size), source=name)
-        ids = selection.clients
-        reporters, stacked, before = yield from oracle._run_selection_steps(ids)
-        reported = np.isin(ids, reporters)
-        weights = self._rule_weights(selection, reported)
-        new_theta = theta
-        if reporters.size:
-            w = torch.from_numpy(np.asarray(weights[reported], dtype=np.float32))
-            new_theta = theta + (w.unsqueeze(1) * stacked).sum(0)
-            if self._buffers is not None:
-                self._buffers = aggregate_buffers(self._buffers, oracle.buffers_of(reporters), weights[reported])
-        if not bool(torch.isfinite(new_theta).all()):
-            raise FloatingPointError(
-                f"FederatedTrainer: the global model became NaN/inf in round {t} (selector {name}, lr={lr}); "
-                "lower the learning rate or check the selection weights"
-            )
-        record = RoundRecord(
-            round=t,
-            clients=ids.tolist(),
-            weights=[float(w) for w in weights],
-            lr=lr,
-            failed=ids[~reported].tolist(),
-        )
-        last = t == self.rounds - 1
-        if (t + 1) % self.eval_every == 0 or last:
-            test_loss, test_acc = yield TestRequest(self._engine, new_theta, self._buffers)
-            if not np.isfinite(test_loss):
+        record = RoundRecord(round=t, clients=[], weights=[], lr=lr)
+
+        def check_and_test(agg: Aggregate) -> Generator[TestRequest, Any, None]:
+            new_theta = agg.theta
+            if agg.buffers is not None:
+                self._buffers = agg.buffers
+            if not bool(torch.isfinite(new_theta).all()):
                 raise FloatingPointError(
-                    f"FederatedTrainer: the test loss became NaN/inf in round {t} (selector {name}, lr={lr}); "
-                    "lower the learning rate"
+                    f"FederatedTrainer: the global model became NaN/inf in round {t} (selector {name}, lr={lr}); "
+                    "lower the learning rate or check the selection weights"
                 )
-            record.test_loss, record.test_accuracy = test_loss, test_acc
-            if self.track_global_loss:
-                losses = self._engine.client_losses(new_theta, None, self._buffers)
-                record.global_loss = float(np.dot(fed.weights, losses))
-        needs = selector.needs
-        feedback = RoundFeedback(
-            round=t,
-            clients=reporters,
-            weights=np.asarray(weights[reported], dtype=np.float64),
-            losses=before,
-            n_samples=fed.n_samples[reporters],
-            updates=stacked.numpy() if "updates" in needs else None,
-            global_before=theta.numpy() if "global" in needs else None,
-            global_after=new_theta.numpy() if "global" in needs else None,
-        )
-        selector.update(feedback)
+            ids = agg.selection.clients
+            record.clients = ids.tolist()
+            record.weights = [float(w) for w in agg.weights]
+            record.failed = ids[~agg.reported].tolist()
+            if (t + 1) % self.eval_every == 0 or t == self.rounds - 1:
+                test_loss, test_acc = yield TestRequest(self._engine, new_theta, self._buffers)
+                if not np.isfinite(test_loss):
+                    raise FloatingPointError(
+                        f"FederatedTrainer: the test loss became NaN/inf in round {t} (selector {name}, lr={lr}); "
+                        "lower the learning rate"
+                    )
+                record.test_loss, record.test_accuracy = test_loss, test_acc
+                if self.track_global_loss:
+                    losses = self._engine.client_losses(new_theta, None, self._buffers)
+                    record.global_loss = float(np.dot(fed.weights, losses))
+
+        agg = yield from play_round(oracle, oracle, selector, n, theta, round=t, n_clients=fed.n_clients,
+                                    after_aggregate=check_and_test, rule=self.aggregation,
+                                    n_samples=fed.n_samples, partial_weights=self.partial_weights)
         record.costs = ledger.costs
         record.seconds = time.perf_counter() - start
-        return new_theta, record
+        return agg.theta, record
 
     def _config(self, fed: Any, selector: BaseSelector) -> dict[str, Any]:
         params = {k: v for k, v in self.get_params(deep=False).items()
