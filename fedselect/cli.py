@@ -569,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
             "finishes under OUT/runs/ with the command and commit that produced it; rerunning the same command "
             "skips finished runs and resumes the one in progress from its checkpoint. A run that diverges or raises "
             "is saved as failed and the comparison goes on (exit status 1 at the end). Writes OUT/table.md, "
-            "summary.json, results.csv, accuracy.png, "
+            "paired.md (unless --no-paired), summary.json, results.csv, accuracy.png, "
             "selection_frequency.png and communication.png.",
         )
         if cmd == "reproduce":

@@ -448,8 +448,8 @@ class SelectorStrategy(Strategy):
     The server trusts its own configuration, not its clients (:doc:`/security`). Every
     reply is checked before use: arrays against the model's layout (names, then each npy
     header's shape and dtype, floating point for parameter updates, and the byte count)
-    before a byte is decoded, counts as whole numbers in range, losses finite and below
-    1e30, an update's squared norm finite in float32, the whole reply below
+    before a byte is decoded, counts as whole numbers in range, losses finite and at most
+    ``max_abs_loss`` in magnitude, an update's squared norm finite in float32, the whole reply below
     ``max_reply_bytes``. A client that does not answer in time, answers with an error, sends
     a reply that fails a check or that raises anything while it is handled (overflow,
     memory), or whose node is gone is left out of the round (NaN to the oracle, absent from
