@@ -122,6 +122,16 @@ def main() -> None:
             lines += ["The paper's reading (FedCor) against the 2022 code, paired by seed (positive: the 2022 code "
                       "faster):", "", _only(comp, ["FedCor", "FedCor (2022 code)"]).paired_markdown(
                           "FedCor (2022 code)"), ""]
+            # Issue 24, item 6: does the 2022 code's reading move the verdict? The same claim, its row as FedCor.
+            baselines = [m for m in PAPER_METHODS if m != "FedCor"]
+            comp22 = _only(comp, [*baselines, "FedCor (2022 code)"])
+            holds.append(what_holds(comp22, "FedCor (2022 code)",
+                                    setting=f"{setting.upper()} with the 2022 code's FedCor (rounds to "
+                                            f"{preset.target:.0%})",
+                                    claim=f"FedCor needs the fewest rounds ({paper}).", baselines=baselines))
+            lines += ["The 2022 code's FedCor against each baseline of the paper, paired by seed (Holm over the "
+                      "three comparisons; positive: the 2022 code faster):", "",
+                      comp22.paired_markdown("FedCor (2022 code)"), ""]
         res = {k: [v[s] for s in sorted(v)] for k, v in comp.histories.items() if v}
         if res:
             from fedselect.plotting import plot_accuracy, plot_communication, plot_selection_frequency
