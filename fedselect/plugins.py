@@ -9,6 +9,7 @@ an empty string for none (built-ins always load).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -204,7 +205,9 @@ def _lookup(kind: str, name: str) -> Entry:
     table = registry(kind)
     if name not in table:
         known = ", ".join(sorted(_canonical(table)))
-        raise KeyError(f"unknown {kind[:-1]} {name!r}; registered {kind}: {known}")
+        close = difflib.get_close_matches(str(name), list(table), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise KeyError(f"unknown {kind[:-1]} {name!r}{hint}; registered {kind}: {known}")
     return table[name]
 
 
@@ -238,6 +241,15 @@ def get_selector(name: str, **params: Any) -> Any:
     PowerOfChoiceSelector(d=10)
     """
     cls = get_selector_class(name)
+    accepted = _init_params(cls)
+    unknown = [p for p in params if accepted is not None and p not in accepted]
+    if unknown and accepted is not None:
+        hints = []
+        for p in unknown:
+            close = difflib.get_close_matches(p, accepted, n=1) or [q for q in accepted if q.lower() == p.lower()]
+            hints.append(f"{p!r} (did you mean {close[0]!r}?)" if close else repr(p))
+        raise TypeError(f"selector {name!r} ({cls.__name__}) does not accept parameter {', '.join(hints)}; its "
+                        f"parameters: {', '.join(accepted)}")
     try:
         return cls(**params)
     except TypeError as exc:
@@ -639,6 +651,17 @@ def _with_recorded_defaults(cls: type, params: Mapping[str, Any]) -> dict[str, A
         elif name in defaults and not any(_same(defaults[name], v) for v in old):
             out[name] = defaults[name]
     return out
+
+
+def _init_params(cls: type) -> list[str] | None:
+    """The keyword parameters ``cls.__init__`` takes, sorted; None when it takes ``**kwargs`` (anything goes)."""
+    import inspect
+
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return sorted(p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                        inspect.Parameter.POSITIONAL_OR_KEYWORD))
 
 
 def _param_defaults(cls: type) -> dict[str, Any]:
