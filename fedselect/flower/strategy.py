@@ -638,8 +638,8 @@ class SelectorStrategy(Strategy):
         self._node_of: dict[int, int] = {}
         self._client_of: dict[int, int] = {}
         self._n_samples: dict[int, int] = {}
-        self._refused: dict[int, str] = {}  # node -> why its hello was refused (not asked again while alive)
-        self._client_of_left: dict[int, int] = {}
+        # node -> (the client id it claimed, if that was the reason, and why): not asked again while it is alive
+        self._refused: dict[int, tuple[int | None, str]] = {}
         self._norm_history: list[float] = []  # accepted update norms of earlier rounds (update_norm_bound)
         self._loss_history: dict[int, list[float]] = {}
         self._rejected: dict[int, str] = {}  # this round's rejected replies: client -> reason
@@ -977,7 +977,7 @@ class SelectorStrategy(Strategy):
         lost = [k for k in range(N) if k not in self._n_samples]
         if lost:
             if not self._n_samples:
-                refused = "; ".join(f"node {n}: {why}" for n, why in list(self._refused.items())[:5])
+                refused = "; ".join(f"node {n}: {why}" for n, (_, why) in list(self._refused.items())[:5])
                 raise RuntimeError(
                     f"SelectorStrategy: after connect_timeout={self.connect_timeout}s no client of N={N} has sent a "
                     f"usable hello{' (refused: ' + refused + ')' if refused else ''}; nothing to train"
@@ -1019,19 +1019,17 @@ class SelectorStrategy(Strategy):
         """
         N = int(self.n_clients) if N is None else N
         nodes = set(int(n) for n in grid.get_node_ids())
-        left = [n for n in self._client_of if n not in nodes]
-        self._client_of_left = {n: self._client_of[n] for n in left}
-        for node in left:
+        freed = set()
+        for node in [n for n in self._client_of if n not in nodes]:
             k = self._client_of.pop(node)
             if self._node_of.get(k) == node:
                 del self._node_of[k]
+                freed.add(k)
             log(WARNING, "fedselect: client %d's node %d has left; client %d is unavailable until it rejoins",
                 k, node, k)
-        freed = {self._client_of_left[n] for n in left if n in self._client_of_left}
-        for node, why in list(self._refused.items()):
-            # a node refused for claiming a freed id may claim it now; a node that left is forgotten
-            if node not in nodes or any(why == f"claims client id {k}" or why.startswith(f"claims client id {k},")
-                                        for k in freed):
+        for node, (claimed, _) in list(self._refused.items()):
+            # a node that left is forgotten; one refused for claiming a freed id may claim it now
+            if node not in nodes or claimed in freed:
                 del self._refused[node]
         new = sorted(n for n in nodes if n not in self._client_of and n not in self._refused)
         if not new:
@@ -1059,14 +1057,14 @@ class SelectorStrategy(Strategy):
                     node if node is not None else _text(getattr(getattr(msg, "metadata", None), "src_node_id", "?")),
                     reason)
                 if node is not None and node in new:
-                    self._refused[node] = f"unusable hello: {reason}"
+                    self._refused[node] = (None, f"unusable hello: {reason}")
                 continue
             holder = self._node_of.get(k)
             if holder is not None and holder != node:
                 why = f"claims client id {k}, which node {holder} holds"
                 log(WARNING, "fedselect: node %d %s; refused (not asked again while node %d is connected)",
                     node, why, holder)
-                self._refused[node] = why
+                self._refused[node] = (k, why)
                 continue
             if k in self._n_samples and hasattr(self, "selector_"):
                 log(INFO, "fedselect: client %d rejoined on node %d", k, node)
