@@ -32,6 +32,7 @@ padded path above, unchanged.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -377,6 +378,15 @@ class Engine:
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         return {n: t.view(s) for n, t, s in zip(self.names, flat.split(self.numels), self.shapes)}
+
+    def module_at(self, flat: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+        """A copy of the model holding ``flat`` (and ``buffers``), in eval mode: the global model as a module."""
+        module = copy.deepcopy(self.model)
+        state = {n: t.detach().clone() for n, t in self.unflatten(torch.as_tensor(flat)).items()}
+        state.update({n: torch.as_tensor(b).detach().clone() for n, b in (buffers or {}).items()})
+        missing = set(module.state_dict()) - set(state)
+        module.load_state_dict({**{k: v for k, v in module.state_dict().items() if k in missing}, **state})
+        return module.eval()
 
     def _forward_chain(
         self, stacked: torch.Tensor, x: torch.Tensor, noise: Callable[[int, torch.Tensor], torch.Tensor] | None = None

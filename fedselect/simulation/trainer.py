@@ -599,6 +599,10 @@ class FederatedTrainer(BaseEstimator):
     history_ : History
     selector_ : BaseSelector
         The fitted clone of ``selector``.
+    model_ : torch.nn.Module
+        The final global model as a module (a copy of the model, parameters and buffers
+        loaded, in eval mode): ``trainer.model_(X)`` predicts; ``torch.save(trainer.model_.state_dict(),
+        path)`` keeps it and ``build_model`` plus ``load_state_dict`` gets it back.
     parameters_ : ndarray
         The final global model, flattened.
     buffers_ : dict of str to ndarray
@@ -1002,6 +1006,7 @@ class FederatedTrainer(BaseEstimator):
                 self._write_checkpoint(ckpt_path, fingerprint, theta, selector, history, len(history.rounds), True)
             self.parameters_ = theta.numpy().copy()
             self.buffers_ = {k: v.numpy().copy() for k, v in (self._buffers or {}).items()}
+            self.model_ = self._engine.module_at(theta, self._buffers)
         finally:
             torch.set_num_threads(old_threads)
             for attr in ("_engine", "_fed", "_buffers", "_ckpt_rounds"):
