@@ -240,6 +240,9 @@ def plot_selection_frequency(
                           extent=(-0.5, n_clients - 0.5, len(labels) - 0.5, -0.5))
         ax.set_xlabel(f"client id, in groups of {group}   (cv: std / mean of the counts across clients)")
     ax.set_yticks(np.arange(len(labels)), labels)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # client ids are whole numbers: no 2.5 tick
     ax.figure.colorbar(image, ax=ax, label="times chosen per run\n(mean over seeds"
                        + (")" if group == 1 else " and the group)"), pad=0.08)
     for i, cv in enumerate(cvs):

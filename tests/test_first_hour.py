@@ -38,3 +38,18 @@ def test_importing_the_package_does_not_import_the_selector_modules():
             "print(any(m.startswith('fedselect.selectors.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_the_selection_frequency_picture_has_whole_client_ids_on_its_axis():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fedselect.plotting import plot_selection_frequency
+
+    fed = fedselect.make_federation("digits", partition="iid", n_clients=3, random_state=0)
+    h = fedselect.FederatedTrainer(selector="random", clients_per_round=2, rounds=3, local_steps=1,
+                                   random_state=0).fit(fed).history_
+    ax = plot_selection_frequency({"random": [h]}, fed.n_clients)
+    ax.figure.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if -0.5 <= t <= 2.5]
+    assert ticks and all(float(t).is_integer() for t in ticks)
