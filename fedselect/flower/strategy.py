@@ -1110,8 +1110,8 @@ class SelectorStrategy(Strategy):
         limit = None if down or not hasattr(self, "_layout") else self._reply_limit()
         for m in messages:
             try:  # a reply above the limit is counted by its content, not serialised again
-                size = P.message_bytes(m) if limit is None or m.has_error() or \
-                    P.content_nbytes(m.content) <= limit else P.content_nbytes(m.content)
+                approx = None if limit is None or m.has_error() else P.content_nbytes(m.content)
+                size = approx if approx is not None and approx > limit else P.message_bytes(m)
             except Exception:  # a reply that cannot even be sized counts 0 bytes
                 size = 0
             if down:
@@ -1125,7 +1125,6 @@ class SelectorStrategy(Strategy):
         """The evaluate replies the inner strategy may aggregate: from mapped nodes, not errors, below the
         size limit, with a ``metrics`` record of finite numbers whose ``num-examples`` is a count, all with
         the key set most of them have (Flower's FedAvg refuses the whole round over one odd reply)."""
-        self._rejected = {}
         usable = self._valid_replies(replies)
         good: list[tuple[Message, frozenset[str]]] = []
         for msg in replies:

@@ -36,19 +36,9 @@ from fedselect.selectors.fedcor import FedCorSelector
 from fedselect.simulation import CheckpointMismatchError, CorruptFileWarning
 from fedselect.simulation import checkpoint as ck
 
+from .test_checkpoint import _Stop, _stop_at
+
 KW = dict(rounds=10, clients_per_round=3, local_steps=2, random_state=5)
-
-
-class _Stop(Exception):
-    pass
-
-
-def _stop_at(k: int):
-    def cb(trainer, record):
-        if record.round == k:
-            raise _Stop
-
-    return cb
 
 
 # -- payloads ---------------------------------------------------------------------------------
