@@ -1,0 +1,115 @@
+"""The first lines of a reproduction report: per setting, what reproduces and what does not.
+
+A paper's table makes one claim per setting: its scheme needs fewer rounds to the target than
+every baseline. :func:`what_holds` states, from the stored runs alone, whether that claim holds
+here: the scheme against each baseline paired by seed (two-sided Wilcoxon signed-rank test,
+Holm-adjusted over the baselines of that setting, alpha 0.05). :func:`provenance` says whether
+the table comes from one commit on one machine. Nothing here is hard-coded: rerun the report
+and the lines follow the runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from fedselect.compare import holm
+
+ALPHA = 0.05
+
+
+def _fmt_p(p: float) -> str:
+    return "n/a" if p != p else f"{p:.3f}"
+
+
+def what_holds(
+    comp: Any, reference: str, *, setting: str, claim: str, baselines: Iterable[str] | None = None, alpha: float = ALPHA
+) -> str:
+    """One markdown bullet: does ``reference`` beat every baseline of the paper's table here?
+
+    ``baselines``: the paper's rows to test against (default: every other scheme of ``comp``);
+    extra rows of ours (variants, other readings) are not part of the paper's claim. The Holm
+    adjustment runs over exactly these comparisons. Verdict: *reproduces* when ``reference`` is
+    significantly faster (Holm-adjusted p < alpha) than every baseline; *partly* when than some;
+    *does not reproduce* when than none. A run that diverged (``DivergenceError``) counts as never
+    reaching the target (``Comparison.paired(diverged="not-reached")``), so a scheme that diverges
+    on most seeds is judged on all of them; runs that failed otherwise leave the pairs and are named.
+    """
+    failed = (getattr(comp, "failed", None) or {}).get(reference, {})
+    if not comp.histories.get(reference) and not failed:
+        return f"- **{setting}: not run** ({reference} has no finished run)."
+    rows = comp.paired(reference, diverged="not-reached")
+    if baselines is not None:
+        keep = set(baselines)
+        rows = [r for r in rows if r["scheme"] in keep]
+        for r, p in zip(rows, holm([r["p"] for r in rows])):
+            r["p_holm"] = p
+    rows = [r for r in rows if r["seeds"]]
+    if not rows:
+        return f"- **{setting}: nothing to compare** (no seed has a usable run of {reference} and of a baseline)."
+    seeds = max(len(r["seeds"]) for r in rows)
+    faster = [r for r in rows if r["p_holm"] < alpha and r["mean"] > 0]
+    slower = [r for r in rows if r["p_holm"] < alpha and r["mean"] < 0]
+    level = [r for r in rows if r not in faster and r not in slower]
+    if len(faster) == len(rows):
+        verdict = "reproduces"
+    elif faster:
+        verdict = "partly reproduces"
+    else:
+        verdict = "does not reproduce"
+
+    def names(rs: Iterable[Mapping[str, Any]]) -> str:
+        return ", ".join(f"{r['scheme']} (mean {r['mean']:+.1f} rounds, p_Holm = {_fmt_p(r['p_holm'])})" for r in rs)
+
+    parts = []
+    if faster:
+        parts.append(f"significantly faster than {names(faster)}")
+    if level:
+        parts.append(f"not significantly different from {names(level)}")
+    if slower:
+        parts.append(f"significantly slower than {names(slower)}")
+    small = " With so few seeds no paired difference can reach significance." if 2.0 / 2**seeds > alpha else ""
+    notes = []
+    if failed:
+        notes.append(f"{reference} failed on {len(failed)} of the seeds run ({_failures(failed)})")
+    others = sorted({s for r in rows for s in r["diverged_seeds"]})
+    if others:
+        notes.append(f"a baseline diverged on seed(s) {others}")
+    tail = ""
+    if notes:
+        tail = (
+            " " + "; ".join(notes) + ": a diverged run counts as not reaching the target, any other failure "
+            "leaves its seed out."
+        )
+    return (
+        f"- **{setting}: {verdict}.** Paper: {claim} Here ({seeds} seeds, paired by seed, Holm over "
+        f"{len(rows)} comparisons): {reference} is " + "; ".join(parts) + "." + small + tail
+    )
+
+
+def _failures(failed: Mapping[int, Mapping[str, Any]]) -> str:
+    """ "10/10 seeds: DivergenceError in rounds 14-340" style summary of a scheme's failed runs."""
+    by_type: dict[str, list[int]] = {}
+    for f in failed.values():
+        by_type.setdefault(str(f.get("type") or "error"), []).append(int(f.get("round") or 0))
+    return "; ".join(
+        f"{len(r)} seed(s): {t} in round{'s' if len(r) > 1 else ''} "
+        f"{min(r)}{'-' + str(max(r)) if max(r) != min(r) else ''}"
+        for t, r in sorted(by_type.items())
+    )
+
+
+def provenance(cells: Iterable[Mapping[str, Any]]) -> str:
+    """Whether the runs come from one commit on one machine; lists them when not."""
+    cells = list(cells)
+    commits = sorted({str(c.get("commit", "?"))[:12] for c in cells})
+    cpus = sorted({str((c.get("machine") or {}).get("cpu", "not recorded")) for c in cells})
+    if not cells:
+        return "No runs yet."
+    if len(commits) == 1 and len(cpus) == 1:
+        return f"All {len(cells)} runs come from one commit ({commits[0]}) on one machine ({cpus[0]})."
+    return (
+        f"**Not one engine:** the {len(cells)} runs come from {len(commits)} commit(s) ({', '.join(commits)}) on "
+        f"{len(cpus)} CPU model(s) ({'; '.join(cpus)}); a model-dependent scheme's path depends on the engine's "
+        "last bits, so cells from different engines are not strictly comparable."
+    )

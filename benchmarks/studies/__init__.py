@@ -1,0 +1,1 @@
+"""Studies of fedselect's own settings that reproduce no paper (the first comparison, client dropout)."""
