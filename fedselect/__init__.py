@@ -18,6 +18,7 @@ from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Se
 
 if TYPE_CHECKING:
     from .data import Federation, make_federation
+    from .profiles import SystemProfiles
     from .simulation import FederatedTrainer, History
 
 # The simulator and the data loaders pull in torch; load them on first use so that
@@ -27,6 +28,7 @@ _LAZY = {
     "make_federation": "fedselect.data",
     "FederatedTrainer": "fedselect.simulation",
     "History": "fedselect.simulation",
+    "SystemProfiles": "fedselect.profiles",
 }
 
 
@@ -55,6 +57,7 @@ __all__ = [
     "RoundFeedback",
     "Selection",
     "SelectionError",
+    "SystemProfiles",
     "__version__",
     "get_selector",
     "get_selector_class",

@@ -1,8 +1,10 @@
 """Running a comparison's (scheme, seed) cells at once: local worker processes, or Ray tasks.
 
-:func:`fedselect.compare.run_comparison` plans the grid (which cells are finished, their keys,
-result and checkpoint paths) and writes every result file itself; this module only runs the
-cells elsewhere and hands each :class:`~fedselect.compare._Outcome` back the moment it is known.
+The private part of :mod:`fedselect.experiments.executors`: :func:`fedselect.compare.run_comparison`
+plans the grid (which cells are finished, their keys, result and checkpoint paths) and writes
+every result file itself; this module only runs the cells elsewhere, each with
+:meth:`~fedselect.experiments.executors.CellRunner.run_cells`, and hands each
+:class:`~fedselect.experiments.executors.Outcome` back the moment it is known.
 
 Choices, measured on a 2-core machine:
 
@@ -145,7 +147,7 @@ def _in_interactive_main(obj: Any) -> bool:
 def _serialise(grid: Any, sources: list[tuple[Any, ...]], *, dumps: Callable[[Any], bytes], where: str,
                by_value: bool) -> tuple[bytes, bytes]:
     """``(plugins, grid)`` pickled with ``dumps``, or a TypeError naming the part that cannot be sent."""
-    from .compare import _qualname
+    from .experiments.provenance import qualname as _qualname
 
     parts: list[tuple[str, Any]] = [(f"scheme {label!r}: selector {sel!r:.80}", sel)
                                     for label, sel in grid.built.items()]
@@ -219,40 +221,14 @@ def _install(token: str, sources: bytes, payload: bytes) -> Any:
     if _STATE.get("token") != token:
         _load_plugin_sources(pickle.loads(sources))
         _STATE.clear()
-        _STATE.update(token=token, grid=pickle.loads(payload), fed=(None, None))
+        _STATE.update(token=token, grid=pickle.loads(payload))
     return _STATE["grid"]
 
 
-def _run_cell(label: str, seed: int, ckpt: Path | None) -> Any:
-    grid = _STATE["grid"]
-    fed_seed, fed = _STATE["fed"]
-    if fed_seed != seed:  # cells come seed by seed: keep one federation, as the serial loop does
-        _STATE["fed"] = (None, None)
-        fed = grid.source.build(seed)
-        _STATE["fed"] = (seed, fed)
-    return grid.run(label, seed, ckpt, fed=fed, progress=False)
-
-
 def _run_group(cells: Sequence[Cell]) -> list[Any]:
-    """The outcomes of cells of one label: one cell as :func:`_run_cell`, several as one batch of seeds."""
-    if len(cells) == 1:
-        return [_run_cell(*cells[0])]
-    from .compare import share_pools
-
-    grid = _STATE["grid"]
-    seeds = [seed for _label, seed, _ckpt in cells]
-    cached = dict(_STATE.get("feds", {}))
-    _STATE["feds"] = {}
-    feds = dict(zip(seeds, share_pools([cached[s] if s in cached else grid.source.build(s) for s in seeds])))
-    _STATE["feds"] = feds  # the next group is usually another label of the same seeds
-    outcomes: list[Any] = [None] * len(cells)
-
-    def keep(j: int, outcome: Any) -> None:
-        outcomes[j] = outcome
-
-    grid.run_batch(cells[0][0], seeds, [ckpt for _label, _seed, ckpt in cells], feds=[feds[s] for s in seeds],
-                   finish=keep, log=lambda msg: print(msg, file=sys.stderr))
-    return outcomes
+    """The outcomes of cells of one label: one cell alone, several as one batch of seeds (the runner keeps the
+    worker's federations between groups)."""
+    return _STATE["grid"].run_cells(cells, log=lambda msg: print(msg, file=sys.stderr))
 
 
 def _watch_parent(parent: int) -> None:
@@ -291,7 +267,7 @@ def _run_on_ray(token: str, sources: bytes, payload: bytes, threads: int, label:
 
     torch.set_num_threads(int(threads))
     _install(token, sources, payload)
-    return _run_cell(label, seed, ckpt)
+    return _run_group([(label, seed, ckpt)])[0]
 
 
 # -- the runners ------------------------------------------------------------------------------------
@@ -306,8 +282,8 @@ def _mp_context() -> Any:
         # (classes of the user's script unpickle in the workers).
         from .plugins import DEFAULT_PLUGINS
 
-        ctx.set_forkserver_preload(["__main__", "fedselect.compare", "fedselect.simulation.trainer", "fedselect.data",
-                                    *DEFAULT_PLUGINS])
+        ctx.set_forkserver_preload(["__main__", "fedselect.experiments.executors", "fedselect.simulation.trainer",
+                                    "fedselect.data", *DEFAULT_PLUGINS])
         return ctx
     return mp.get_context("spawn")
 

@@ -9,12 +9,13 @@ worlds agree by construction, to the last bit:
   own weights, or the runtime's rule ``"data-size"`` / ``"mean"``), given who reported;
 - :func:`apply_deltas`: ``w^{t+1} = w^t + sum_k a_k delta_k`` in float32 torch arithmetic;
 - :func:`average_buffer_deltas`: the buffers' (batch norm statistics') weighted mean, from the
-  clients' differences ``b_k - b^t``.
+  clients' differences ``b_k - b^t`` (:func:`average_buffer_arrays`: the same on numpy arrays,
+  as a Flower server holds them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,7 +24,7 @@ import torch
 from .ledger import PARTIAL_WEIGHTS, reporter_weights
 from .selection import Selection
 
-__all__ = ["RULES", "aggregation_weights", "apply_deltas", "average_buffer_deltas"]
+__all__ = ["RULES", "aggregation_weights", "apply_deltas", "average_buffer_arrays", "average_buffer_deltas"]
 
 #: The rules a runtime applies to a selection that carries no weights.
 RULES = ("data-size", "mean")
@@ -158,3 +159,34 @@ def average_buffer_deltas(buffers: Mapping[str, torch.Tensor], differences: Mapp
         else:
             out[name] = b + torch.round((w.view(shape) * d.double()).sum(0)).to(b.dtype)
     return out
+
+
+def average_buffer_arrays(buffers: Mapping[str, np.ndarray], deltas: Sequence[Mapping[str, np.ndarray]],
+                          weights: Any) -> dict[str, np.ndarray]:
+    """:func:`average_buffer_deltas` on numpy arrays, with each client's differences as one mapping.
+
+    What a Flower server holds: the global buffers b^t and, per reporting client, the
+    differences ``b_k - b^t`` it reported (boolean buffers need no entry). The arithmetic is
+    :func:`average_buffer_deltas`' (torch, in each buffer's dtype), so the result is the
+    simulator's to the last bit.
+
+    Parameters
+    ----------
+    buffers : dict of str to ndarray
+        The global buffers b^t.
+    deltas : sequence of dict of str to ndarray
+        One mapping per reporting client: each non-boolean buffer's difference ``b_k - b^t``.
+    weights : array-like of float, shape (len(deltas),)
+        The clients' aggregation weights (non-negative).
+
+    Returns
+    -------
+    dict of str to ndarray
+        The buffers after the round (``buffers`` unchanged when ``deltas`` is empty).
+    """
+    if not len(deltas):
+        return dict(buffers)
+    b = {name: torch.as_tensor(np.array(value)) for name, value in buffers.items()}
+    d = {name: torch.as_tensor(np.stack([np.asarray(x[name]) for x in deltas]))
+         for name, value in b.items() if value.dtype != torch.bool}
+    return {name: value.numpy() for name, value in average_buffer_deltas(b, d, weights).items()}

@@ -8,7 +8,9 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +58,6 @@ def _jobs(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {text!r}") from None
 
 
-def _divergence(text: str) -> float | str:
-    if text.strip().lower() == "none":
-        return "none"
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 1 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 1 or 'none', got {text!r}")
-    return value
-
-
 def parse_selector_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     """``"name"`` or ``"name:p=v,q=w"`` (optionally ``"label=name:..."``) -> (label, name, params).
 
@@ -108,78 +98,553 @@ def _registered(kind: str) -> str:
 
 def _plugin_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
         help="load a plugin without packaging it: a Python file (path ending .py) or an importable module whose "
-        "@fedselect.hookimpl functions (register_selectors, register_datasets, register_models) register as an "
-        "installed plugin's would; repeatable (default: none). Runs that use it record its file name and content hash.",
+        "@fedselect.hookimpl functions (register_selectors, register_datasets, register_models, "
+        "register_partitions, register_presets) register as an installed plugin's would; repeatable (default: "
+        "none). Runs that use it record its file name and content hash.",
     )
 
 
 DEFAULT_PRESET = "digits-quick"  # fedselect run's
 COMPARE_PRESET = "digits-skew"  # fedselect compare's: a setting where client selection visibly matters
+NO_PRESET = "none"  # --preset none: no preset, every setting at Python's default unless an option sets it
 
-# Python's defaults where the command line's come from a preset instead: FederatedTrainer's, make_federation's and
-# run_comparison's keyword defaults (kept here so that `--help` needs no torch import; a test checks them against
-# the signatures). Keys are the preset's (FederatedTrainer / make_federation keyword names).
-PYTHON_DEFAULTS: dict[str, tuple[str, Any]] = {
-    "dataset": ("make_federation", "digits"),
-    "partition": ("make_federation", "iid"),
-    "n_clients": ("make_federation", 10),
-    "holdout": ("make_federation", 0.0),
-    "model": ("FederatedTrainer", "mlp"),
-    "clients_per_round": ("FederatedTrainer", 5),
-    "rounds": ("FederatedTrainer", 100),
-    "local_epochs": ("FederatedTrainer", 1),  # its signature says None: one epoch unless local_steps is given
-    "batch_size": ("FederatedTrainer", 32),
-    "lr": ("FederatedTrainer", 0.05),
-    "weight_decay": ("FederatedTrainer", 0.0),
-    "prox_mu": ("FederatedTrainer", 0.0),
-    "aggregation": ("FederatedTrainer", "data-size"),
-    "dropout": ("FederatedTrainer", 0.0),
-    "momentum": ("FederatedTrainer", 0.0),
-    "divergence": ("FederatedTrainer", 10.0),
-    "target": ("run_comparison", 0.8),
+# Parameters of FederatedTrainer and make_federation that get no option of their own, and why. Every other
+# parameter whose declared constraints the command line can write (numbers, names, choices, booleans, None,
+# name=value mappings) becomes an option named after it.
+NOT_OPTIONS: dict[str, str] = {
+    "selector": "--selector (run) or --selectors (compare)",
+    "random_state": "--seed (run) or --seeds (compare): the federation's and the trainer's",
+    "progress": "--no-progress; on the command line a bar is drawn when stderr is a terminal",
+    "callback": "a Python function",
+    "availability": "an array or a function",
+    "checkpoint_dir": "set from --out (run) or the output folder (compare)",
+    "checkpoint_every": "--checkpoint-every",
+    "checkpoint_trusted": "never from the command line: it reads state back with pickle",
+    "sizes": "an array of client sizes (dataset synthetic)",
 }
+
+# The commands' own arguments (argparse destinations): a scheme parameter of one of these names gets no option.
+_COMMAND_DESTS = (
+    "command",
+    "func",
+    "debug",
+    "preset",
+    "selector",
+    "selectors",
+    "seed",
+    "seeds",
+    "out",
+    "overwrite",
+    "compress",
+    "retry_failed",
+    "checkpoint_every",
+    "jobs",
+    "batch_seeds",
+    "ray",
+    "paired",
+    "no_paired",
+    "no_progress",
+    "plugin",
+)
+
+# Where the command line keeps an option name of its own (older than the generated ones; both spellings work).
+OPTION_NAMES: dict[str, tuple[str, ...]] = {
+    "target_accuracy": ("--target", "--target-accuracy"),
+    "n_threads": ("--threads", "--n-threads"),
+}
+
+# The command line's own defaults where they differ from Python's, and why. Nothing else differs: an option
+# not given takes the preset's value, else the Python default its help states.
+CLI_DEFAULTS: dict[str, tuple[Any, str]] = {
+    "n_threads": (
+        1,
+        "the small models here run fastest single-threaded, a 2-core machine shared with other work "
+        "slows down badly with more, and --jobs runs add up; it changes no setting of a run (it is not "
+        "part of a run's key), only how torch splits float sums: results equal Python's "
+        "FederatedTrainer(n_threads=1)",
+    ),
+}
+
+# Help where the docstring has no description of its own, or one that speaks of what a command line cannot give
+# (a module, a function); every other option's help is the first sentence of its parameter's numpydoc description.
+_CLI_HELP: dict[str, str] = {
+    "batch_size": "Local minibatch size.",
+    "stop_at_target": "Stop a run once its test accuracy reaches target_accuracy.",
+    "target_accuracy": "Target test accuracy, e.g. 0.8: compare and reproduce report the rounds to reach it, and a "
+    "run stops there when stop_at_target.",
+    "data_dir": "Directory with the dataset's files (else $FEDSELECT_DATA, then the user cache and the system's "
+    "data folders).",
+    "dataset": "A registered dataset, or synthetic: FedProx's Synthetic(alpha, beta) (see --alpha, --beta).",
+    "partition": "How the training set is split across clients: a registered partition scheme (see "
+    "fedselect.data.partition); its parameters are the options below.",
+    "model": "A registered model.",
+    "model_params": "Keyword arguments of the model builder, e.g. dropout=0.5.",
+    "loss": "The per-sample loss of local training, of the losses selectors see and of the test loss.",
+    "lr_schedule": "Learning-rate factors: fedcor (halve at rounds 150 and 300, FedCor's appendix C) or "
+    "ROUND=FACTOR,... (each factor multiplies lr from its round on).",
+}
+
+# Python's default in words where the signature's value alone would mislead.
+_DEFAULT_WORDS: dict[str, str] = {
+    "local_epochs": "none (1 epoch unless local_steps is set)",
+    "local_steps": "none (epochs: see --local-epochs)",
+}
+
+# Options whose value is a registered name: their help lists the names.
+_REGISTRY_OF = {"model": "models", "dataset": "datasets", "partition": "partitions"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """A command-line option generated from one parameter of FederatedTrainer or make_federation.
+
+    Attributes
+    ----------
+    param : str
+        The keyword it sets (also the ``argparse`` destination).
+    section : {"trainer", "federation"}
+        Which mapping of a preset it overrides.
+    flags : tuple of str
+        Its option strings, ``--param-name`` first unless :data:`OPTION_NAMES` keeps an older one.
+    parse : callable or None
+        Text -> value; None for a boolean, given as ``--flag`` / ``--no-flag``.
+    metavar : str or None
+    default : Any
+        Python's default (the signature's); :data:`UNSET` where the schemes that take it
+        disagree (``alpha``: dirichlet's 0.5, dirichlet-qp's 0.2).
+    owner : str
+        Whose parameter it is: ``FederatedTrainer``, ``make_federation``, ``partition shards``, ...
+    python : str
+        Python's default in words, as the help shows it.
+    help : str
+        The first sentence of the parameter's numpydoc description.
+    """
+
+    param: str
+    section: str
+    flags: tuple[str, ...]
+    parse: Callable[[str], Any] | None
+    metavar: str | None
+    default: Any
+    owner: str
+    python: str
+    help: str
+
+
+UNSET = object()
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a numpydoc description, as plain text; a long one up to its first colon or semicolon."""
+    text = plain_text(text)
+    first = re.split(r"(?<=[.!?])\s+(?=[A-Z])", text, maxsplit=1)[0] if text else ""
+    if len(first) > 160:
+        head = re.split(r"[:;]\s", first, maxsplit=1)[0]
+        first = head.rstrip(".") + "." if len(head) < len(first) else first
+    return first
+
+
+def _numpydoc_params(doc: str | None) -> dict[str, str]:
+    """Parameter name -> the description under it, from a numpydoc ``Parameters`` section."""
+    import inspect
+
+    lines = inspect.cleandoc(doc or "").splitlines()
+    out: dict[str, str] = {}
+    try:
+        start = next(
+            i
+            for i, line in enumerate(lines[:-1])
+            if line.strip() == "Parameters" and set(lines[i + 1].strip()) == {"-"}
+        )
+    except StopIteration:
+        return out
+    names: list[str] = []
+    for i in range(start + 2, len(lines)):
+        line = lines[i]
+        if i + 1 < len(lines) and line.strip() and set(lines[i + 1].strip()) == {"-"}:
+            break  # the next section
+        if line and not line[0].isspace():
+            names = [n.strip() for n in line.split(":", 1)[0].split(",") if n.strip().isidentifier()]
+            for name in names:
+                out[name] = ""
+        elif line.strip():
+            for name in names:
+                out[name] = f"{out[name]} {line.strip()}".strip()
+    return out
+
+
+def _parser_for(constraints: Sequence[Any]) -> tuple[Callable[[str], Any] | None, str | None] | None:
+    """(text -> value, metavar) for a parameter with these declared constraints; (None, None) for a boolean.
+
+    None when no alternative can be written on a command line (only callables, arrays, modules).
+    Values are converted, not judged: a number out of range reaches the parameter's own validation,
+    whose message names the class, the parameter and what it allows.
+    """
+    from ._validation import Boolean, InstanceOf, Interval, NoneConstraint, StrOptions, describe, make_constraint
+    from .data.partition import RegisteredPartition
+
+    kinds = [make_constraint(c) for c in constraints]
+    if any(isinstance(k, Boolean) for k in kinds):
+        return None, None
+    allow_none = any(isinstance(k, NoneConstraint) for k in kinds)
+    words = tuple(w for k in kinds if isinstance(k, StrOptions) for w in k.options)
+    integer = any(isinstance(k, Interval) and k.kind is Integral for k in kinds)
+    real = any(isinstance(k, Interval) and k.kind is Real for k in kinds)
+    mapping = any(isinstance(k, InstanceOf) and k.type is Mapping for k in kinds)
+    text = any(isinstance(k, RegisteredPartition) or (isinstance(k, InstanceOf) and k.type is str) for k in kinds)
+    if not (words or integer or real or mapping or text):
+        return None
+    writable = [
+        c
+        for c, k in zip(constraints, kinds, strict=True)
+        if isinstance(k, NoneConstraint | StrOptions | Interval | RegisteredPartition)
+        or (isinstance(k, InstanceOf) and k.type in (str, Mapping))
+    ]
+
+    def parse(value: str) -> Any:
+        if allow_none and value.strip().lower() == "none":
+            return None
+        if value in words:
+            return value
+        if integer:
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        if real:
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if mapping and "=" in value:
+            return _mapping(value)
+        if text and value:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"expected {describe(writable)}"
+            + (" (none for None)" if allow_none else "")
+            + (", or name=value,..." if mapping else "")
+            + f"; got {value!r}"
+        )
+
+    if words and not (integer or real or text or mapping):
+        metavar: str | None = "{" + ",".join((*words, *(["none"] if allow_none else []))) + "}"
+    elif integer or real:
+        metavar = ("INT" if integer else "X") + ("|none" if allow_none else "")
+    elif mapping:
+        metavar = "|".join((*words, "NAME=VALUE,...", *(["none"] if allow_none else [])))
+    else:
+        metavar = None
+    return parse, metavar
+
+
+def _mapping(text: str) -> dict[Any, Any]:
+    """``"a=1,b=x"`` -> ``{"a": 1, "b": "x"}`` (values and keys read as Python literals where they are)."""
+    out: dict[Any, Any] = {}
+    for item in text.split(","):
+        if "=" not in item:
+            raise argparse.ArgumentTypeError(f"{item!r} in {text!r} must look like name=value")
+        k, v = item.split("=", 1)
+        out[_value(k.strip())] = _value(v.strip())
+    return out
+
+
+def _plain_parser(default: Any, annotation: Any) -> Any:
+    """text -> value for an undeclared keyword parameter, typed like its default (else its annotation).
+
+    None for a boolean (a ``--flag`` / ``--no-flag`` pair); :data:`UNSET` when neither says a
+    plain type (arrays, objects).
+    """
+    import inspect
+
+    kind: Any = None
+    if default is not inspect.Parameter.empty and default is not None:
+        kind = type(default)
+    elif isinstance(annotation, str):
+        kind = {"int": int, "float": float, "bool": bool, "str": str}.get(annotation.split("|")[0].strip())
+    elif annotation in (int, float, bool, str):
+        kind = annotation
+    if kind is bool:
+        return None
+    return kind if kind in (int, float, str) else UNSET
+
+
+def _flags(param: str) -> tuple[str, ...]:
+    return OPTION_NAMES.get(param, ("--" + param.replace("_", "-"),))
+
+
+def _declared(
+    func: Any, constraints: Mapping[str, Sequence[Any]], section: str, owner: str, doc: str | None
+) -> list[Option]:
+    import inspect
+
+    described = _numpydoc_params(doc)
+    out = []
+    for name, p in inspect.signature(func).parameters.items():
+        if name in ("self", *NOT_OPTIONS) or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        if name in constraints:
+            found = _parser_for(constraints[name])
+            if found is None:
+                continue
+            parse, metavar = found
+        else:
+            parse = _plain_parser(p.default, p.annotation)
+            if name == "data_dir":
+                parse = str
+            if parse is UNSET:
+                continue
+            metavar = None
+        help_text = _CLI_HELP.get(name) or _first_sentence(described.get(name, ""))
+        default = UNSET if p.default is p.empty else p.default
+        python = f"{owner}'s default {_DEFAULT_WORDS.get(name, _show(default))}"
+        out.append(Option(name, section, _flags(name), parse, metavar, default, owner, python, help_text))
+    return out
+
+
+def _scheme_options(taken: set[str]) -> list[Option]:
+    """Options for the parameters of every registered partition scheme and of the synthetic dataset.
+
+    A parameter several schemes share (``alpha``, ``min_samples``) is one option; its type is the
+    widest of theirs (float over int). A name that a trainer or federation option already has is
+    left out (a preset can still set it).
+    """
+    import inspect
+
+    from .data.datasets import make_synthetic
+    from .data.federation import _synthetic_pool
+    from .plugins import registry
+
+    try:
+        partitions = {e.name: e.obj for e in registry("partitions").values()}
+    except Exception:  # a broken plugin must not break --help; the command itself reports it
+        from .data.partition import _BUILT_IN as partitions
+    schemes: list[tuple[str, Any, dict[str, inspect.Parameter]]] = []
+    for pname, func in partitions.items():
+        try:
+            params = dict(inspect.signature(func).parameters)
+        except (TypeError, ValueError):
+            continue
+        schemes.append((f"partition {pname}", func, params))
+    synthetic = {
+        **dict(inspect.signature(make_synthetic).parameters),
+        **{k: v for k, v in inspect.signature(_synthetic_pool).parameters.items() if k in ("alpha", "beta")},
+    }
+    schemes.append(("dataset synthetic", make_synthetic, synthetic))
+    found: dict[str, dict[str, Any]] = {}
+    for owner, func, params in schemes:
+        described = _numpydoc_params(func.__doc__)
+        for i, (name, p) in enumerate(params.items()):
+            if (
+                (i < 2 and owner.startswith("partition"))
+                or name in ("random_state", "n_clients", *NOT_OPTIONS)
+                or name in taken
+                or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+            ):
+                continue
+            parse = _plain_parser(p.default, p.annotation)
+            if parse is UNSET:
+                continue
+            slot = found.setdefault(name, {"parse": parse, "owners": [], "defaults": [], "help": ""})
+            if {slot["parse"], parse} == {int, float}:
+                slot["parse"] = float
+            slot["owners"].append(owner)
+            slot["defaults"].append((owner, p.default))
+            slot["help"] = slot["help"] or _first_sentence(described.get(name, ""))
+    out = []
+    for name, slot in found.items():
+        defaults = [d for _, d in slot["defaults"]]
+        default = defaults[0] if all(d == defaults[0] and type(d) is type(defaults[0]) for d in defaults) else UNSET
+        partitions = [o.split(" ", 1)[1] for o in slot["owners"] if o.startswith("partition ")]
+        where = " and ".join(
+            ([f"partition {', '.join(partitions)}"] if partitions else [])
+            + [o for o in slot["owners"] if not o.startswith("partition ")]
+        )
+        if default is not UNSET:
+            python = f"{where}: default {_show(default)}"
+        else:
+            python = "the scheme's own: " + ", ".join(f"{o.split(' ', 1)[1]} {_show(d)}" for o, d in slot["defaults"])
+        help_text = f"For {where}: {slot['help']}" if slot["help"] else f"For {where}."
+        metavar = {int: "INT", float: "X"}.get(slot["parse"])
+        out.append(Option(name, "federation", _flags(name), slot["parse"], metavar, default, where, python, help_text))
+    return out
+
+
+_OPTIONS: list[Option] | None = None
+
+
+def options() -> list[Option]:
+    """Every generated option: the trainer's parameters, make_federation's, and the partitions' and datasets'.
+
+    Built from the signatures, declared constraints (``_parameter_constraints``) and numpydoc
+    descriptions each time plugins change what is registered; a test checks that an option not
+    given leaves the parameter at Python's default.
+    """
+    from .data.federation import _MAKE_FEDERATION_CONSTRAINTS, make_federation
+    from .simulation.trainer import FederatedTrainer
+
+    trainer = _declared(
+        FederatedTrainer.__init__,
+        FederatedTrainer._parameter_constraints,
+        "trainer",
+        "FederatedTrainer",
+        FederatedTrainer.__doc__,
+    )
+    federation = _declared(
+        make_federation, _MAKE_FEDERATION_CONSTRAINTS, "federation", "make_federation", make_federation.__doc__
+    )
+    taken = {o.param for o in (*trainer, *federation)} | set(_COMMAND_DESTS)
+    return [*federation, *_scheme_options(taken), *trainer]
 
 
 def _show(value: Any) -> str:
+    if value is UNSET:
+        return "not set"
     if isinstance(value, float) and value.is_integer():
         return f"{value:g}"
+    if isinstance(value, bool):
+        return str(value)
     return "none" if value is None else str(value)
 
 
-def _default(key: str, preset: Any, *, section: str, fallback: str = "") -> str:
-    """The '(default: ...)' of an option whose value comes from the preset unless given.
-
-    Says the preset's value, and Python's default where it differs (the same scheme run from Python
-    with default arguments trains differently, and a reader comparing the two must know).
-    """
-    python = PYTHON_DEFAULTS.get(key)
+def _default_text(opt: Option, preset: Any) -> str:
+    """The '(default: ...)' of a generated option: the preset's value where it sets one, else Python's default."""
+    cli = CLI_DEFAULTS.get(opt.param)
+    if cli is not None:
+        return f"(default: {_show(cli[0])} on the command line, where {opt.python}: {cli[1]})"
     if preset is None:  # reproduce: the preset is an argument
-        text = "the preset's"
-        if python is not None:
-            text += f"; where the preset sets none, {python[0]}'s default {_show(python[1])}"
-        return f"(default: {text})"
-    settings = {"federation": preset.federation, "trainer": preset.trainer}[section]
-    if key == "target":
-        value: Any = settings.get("target_accuracy", preset.target)
-    else:
-        value = settings.get(key, _MISSING)
-    if value is _MISSING:  # the preset leaves it to Python
-        if python is not None:
-            return f"(default: {_show(python[1])}, {python[0]}'s default)"
-        return f"(default: {fallback or 'not set'})"
-    text = f"the preset's, {_show(value)} for {preset.name}"
-    if python is not None and python[1] != value:
-        if key == "target":
-            text += (f"; differs from Python: run_comparison's target defaults to {_show(python[1])} and "
-                     "FederatedTrainer has no target")
+        return f"(default: the preset's, else {opt.python})"
+    settings = preset.federation if opt.section == "federation" else preset.trainer
+    if opt.param in settings:
+        return f"(default: {_show(settings[opt.param])} from preset {preset.name}; {opt.python})"
+    return f"(default: {opt.python})"
+
+
+def _add_options(p: argparse.ArgumentParser, preset: Any, stop_note: str) -> None:
+    groups = {
+        "federation": p.add_argument_group(
+            "federation (make_federation's parameters, and those of the partition schemes)",
+            description="Each option overrides one setting of the preset; a setting neither sets is "
+            "make_federation's default (or the partition's).",
+        ),
+        "trainer": p.add_argument_group(
+            "training (FederatedTrainer's parameters)",
+            description="Each option overrides one setting of the preset; a setting neither sets is "
+            "FederatedTrainer's default. " + stop_note,
+        ),
+    }
+    for opt in options():
+        help_text = opt.help
+        kind = _REGISTRY_OF.get(opt.param)
+        if kind is not None:
+            help_text += f" Registered: {_registered(kind)}."
+        help_text = f"{help_text} {_default_text(opt, preset)}".strip()
+        group = groups[opt.section]
+        if any(flag in p._option_string_actions for flag in opt.flags):
+            continue  # a partition parameter named like an option of the command (a preset can still set it)
+        # Not given: no attribute at all (None is a value some parameters take: --divergence none).
+        if opt.parse is None:
+            group.add_argument(
+                *opt.flags,
+                dest=opt.param,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text.replace("%", "%%"),
+            )
         else:
-            text += f"; differs from Python: {python[0]}'s default is {_show(python[1])}"
-    return f"(default: {text})"
+            group.add_argument(
+                *opt.flags,
+                dest=opt.param,
+                type=opt.parse,
+                metavar=opt.metavar,
+                default=argparse.SUPPRESS,
+                help=help_text.replace("%", "%%"),
+            )
 
 
-_MISSING = object()
+def _stop_note(preset: Any) -> str:
+    if preset is None:
+        return "Each preset also says whether a run stops once it reaches the target (stop_at_target)."
+    if preset.trainer.get("stop_at_target", True):
+        return f"{preset.name} stops a run once it reaches the target, as FederatedTrainer does by default."
+    return (
+        f"{preset.name} trains every run for all its rounds, also after it reaches the target "
+        "(stop_at_target=False; FederatedTrainer's default is True)."
+    )
+
+
+def _drop_partition_params(federation: dict[str, Any], new_partition: str) -> None:
+    """Leave out the preset's partition parameters that do not belong to ``new_partition``.
+
+    The skew parameters ``alpha`` and ``shards_per_client`` describe the preset's partition and go
+    whatever the new one takes; any other parameter of the preset's federation that is not
+    make_federation's own and that the new partition does not take goes too (it would be an error).
+    """
+    import inspect
+
+    from .data.federation import make_federation
+    from .plugins import registry
+
+    own = set(inspect.signature(make_federation).parameters)
+    entry = registry("partitions").get(new_partition)
+    accepted: set[str] | None = None
+    if entry is not None:
+        try:
+            params = inspect.signature(entry.obj).parameters
+            if not any(q.kind is q.VAR_KEYWORD for q in params.values()):
+                accepted = set(params)
+        except (TypeError, ValueError):
+            pass
+    for key in list(federation):
+        if key in own:
+            continue
+        if key in ("alpha", "shards_per_client") or (accepted is not None and key not in accepted):
+            federation.pop(key)
+
+
+def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], trainer: dict[str, Any]) -> None:
+    """Apply the options given on the command line to a preset's ``federation`` and ``trainer`` mappings.
+
+    An option not given leaves the preset's value (or, where the preset sets none, Python's default:
+    nothing is written), except :data:`CLI_DEFAULTS`.
+    """
+    given = vars(args)
+    new_partition = given.get("partition")
+    if new_partition is not None and new_partition != federation.get("partition"):
+        _drop_partition_params(federation, new_partition)
+    for opt in options():
+        if opt.param in given:
+            (federation if opt.section == "federation" else trainer)[opt.param] = given[opt.param]
+    for param, (value, _) in CLI_DEFAULTS.items():
+        if param not in given:
+            trainer[param] = value
+    # Local work is steps or epochs: the one given replaces the preset's other (both given: the trainer refuses).
+    if "local_steps" in given and "local_epochs" not in given:
+        trainer.pop("local_epochs", None)
+    if "local_epochs" in given and "local_steps" not in given:
+        trainer.pop("local_steps", None)
+
+
+def python_equivalent(
+    federation: Mapping[str, Any], trainer: Mapping[str, Any], *, selector: str = "<scheme>", seed: str = "seed"
+) -> str:
+    """The Python call with the same words as a command line's settings: what each of its runs trains.
+
+    Examples
+    --------
+    >>> print(python_equivalent({"n_clients": 20}, {"rounds": 30}, selector="'afl'", seed="0"))
+    FederatedTrainer(selector='afl', rounds=30, random_state=0).fit(make_federation(n_clients=20, random_state=0))
+    """
+
+    def words(kwargs: Mapping[str, Any]) -> str:
+        return ", ".join([*(f"{k}={v!r}" for k, v in kwargs.items()), f"random_state={seed}"])
+
+    return f"FederatedTrainer(selector={selector}, {words(trainer)}).fit(make_federation({words(federation)}))"
 
 
 def _cores() -> int:
@@ -187,98 +652,6 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _federation_args(p: argparse.ArgumentParser, preset: Any) -> None:
-    def d(key: str, fallback: str = "") -> str:
-        return _default(key, preset, section="federation", fallback=fallback)
-
-    g = p.add_argument_group("federation (each option overrides one setting of the preset)")
-    g.add_argument("--dataset", help=f"registered dataset: {_registered('datasets')} (digits ships with scikit-learn; "
-                   "see `fedselect list`) " + d("dataset"))
-    g.add_argument("--data-dir", help="directory with the dataset's files (default: $FEDSELECT_DATA, then the user "
-                   "cache and the system's data folders)")
-    g.add_argument("--partition", help=f"{_registered('partitions')} " + d("partition"))
-    g.add_argument("--n-clients", type=int, help="N, the number of clients " + d("n_clients"))
-    g.add_argument("--shards-per-client", type=int, help="label shards per client, for --partition shards "
-                   "(2 = FedCor's 2SPC) " + d("shards_per_client", "the partition's own, 2"))
-    g.add_argument("--alpha", type=float, help="Dirichlet concentration for --partition dirichlet or dirichlet-qp; "
-                   "smaller is more skewed " + d("alpha", "the partition's own"))
-    g.add_argument("--holdout", type=float, help="fraction of each client's data held out to measure its loss "
-                   + d("holdout"))
-
-
-def _trainer_args(p: argparse.ArgumentParser, preset: Any) -> None:
-    def d(key: str, fallback: str = "") -> str:
-        return _default(key, preset, section="trainer", fallback=fallback)
-
-    if preset is None:
-        note = "Each preset also says whether a run stops once it reaches the target (stop_at_target)."
-    elif preset.trainer.get("stop_at_target", True):
-        note = f"{preset.name} stops a run once it reaches the target, as FederatedTrainer does by default."
-    else:
-        note = (f"{preset.name} trains every run for all its rounds, also after it reaches the target "
-                "(stop_at_target=False; differs from Python: FederatedTrainer stops at its target by default).")
-    g = p.add_argument_group("training (each option overrides one setting of the preset)", description=note)
-    g.add_argument("--model", help=f"a registered model: {_registered('models')} " + d("model"))
-    g.add_argument("--clients-per-round", type=int, help="C, clients chosen each round " + d("clients_per_round"))
-    g.add_argument("--rounds", type=int, help="number of rounds " + d("rounds"))
-    g.add_argument("--local-epochs", type=int, help="local epochs per round " + d("local_epochs", "1 epoch"))
-    g.add_argument("--local-steps", type=int, help="local SGD steps per round, instead of epochs "
-                   + d("local_steps", "epochs, see --local-epochs"))
-    g.add_argument("--batch-size", type=int, help="local minibatch size " + d("batch_size"))
-    g.add_argument("--lr", type=float, help="local learning rate " + d("lr"))
-    g.add_argument("--weight-decay", type=float, help="L2 weight decay of local SGD " + d("weight_decay"))
-    g.add_argument("--prox-mu", type=float, help="FedProx proximal coefficient (0 = FedAvg) " + d("prox_mu"))
-    g.add_argument("--momentum", type=float, help="local SGD momentum, in [0, 1); each client's momentum buffer "
-                   "starts empty every round " + d("momentum"))
-    g.add_argument("--aggregation", choices=("mean", "data-size"),
-                   help="how the chosen clients' updates are averaged: plain mean, or weighted by their numbers "
-                   "of samples " + d("aggregation"))
-    g.add_argument("--target", type=float, help="target test accuracy, e.g. 0.8, whose rounds-to-target the table "
-                   "reports " + d("target"))
-    g.add_argument("--dropout", type=float,
-                   help="client failures: probability that a client does not answer in a round; "
-                   "the same failures for every scheme of one seed " + d("dropout"))
-    g.add_argument("--divergence", type=_divergence, metavar="FACTOR",
-                   help="stop a run as diverged once its test loss exceeds FACTOR x the initial model's; "
-                   "'none' to disable " + d("divergence"))
-    g.add_argument("--threads", type=int, default=1,
-                   help="torch threads per run (default: 1, since the small models here run fastest "
-                   "single-threaded and a 2-core machine shared with other work slows down badly with more; "
-                   "differs from Python: FederatedTrainer's n_threads default none keeps torch's own setting)")
-
-
-def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], trainer: dict[str, Any]) -> None:
-    new_partition = getattr(args, "partition", None)
-    if new_partition is not None and new_partition != federation.get("partition"):
-        # The preset's partition parameters belong to its partition, not to the one asked for.
-        for key in ("shards_per_client", "alpha"):
-            federation.pop(key, None)
-    for attr, key in (("dataset", "dataset"), ("data_dir", "data_dir"), ("partition", "partition"),
-                      ("n_clients", "n_clients"), ("shards_per_client", "shards_per_client"), ("alpha", "alpha"),
-                      ("holdout", "holdout")):
-        v = getattr(args, attr, None)
-        if v is not None:
-            federation[key] = v
-    for attr, key in (("model", "model"), ("clients_per_round", "clients_per_round"), ("rounds", "rounds"),
-                      ("batch_size", "batch_size"), ("lr", "lr"), ("weight_decay", "weight_decay"),
-                      ("prox_mu", "prox_mu"), ("aggregation", "aggregation"), ("threads", "n_threads"),
-                      ("dropout", "dropout"), ("momentum", "momentum")):
-        v = getattr(args, attr, None)
-        if v is not None:
-            trainer[key] = v
-    divergence = getattr(args, "divergence", None)
-    if divergence is not None:
-        trainer["divergence"] = None if divergence == "none" else divergence
-    if getattr(args, "local_steps", None) is not None:
-        trainer["local_steps"] = args.local_steps
-        trainer.pop("local_epochs", None)
-    if getattr(args, "local_epochs", None) is not None:
-        trainer["local_epochs"] = args.local_epochs
-        trainer.pop("local_steps", None)
-    if getattr(args, "target", None) is not None:
-        trainer["target_accuracy"] = args.target
 
 
 _ROLE = re.compile(r":[\w:.+-]+:`(~?)([^`<]*?)(?:\s*<([^>]*)>)?`")  # :class:`~a.B`, :ref:`text <target>`
@@ -334,7 +707,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import textwrap
 
     from .plugins import list_datasets, list_models, registry
-    from .presets import PRESETS
 
     width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
     table = registry("selectors")
@@ -344,8 +716,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
     indent = " " * 21
 
     def wrap(text: str, first: str) -> str:
-        return textwrap.fill(text, width, initial_indent=first, subsequent_indent=" " * len(first),
-                             break_on_hyphens=False, break_long_words=False)
+        return textwrap.fill(
+            text,
+            width,
+            initial_indent=first,
+            subsequent_indent=" " * len(first),
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
 
     print("selectors (name, what it does, aliases, plugin, the papers it cites):")
     for name in sorted(canon):
@@ -358,12 +736,18 @@ def _cmd_list(args: argparse.Namespace) -> int:
             print(wrap(ref, indent))
     print("datasets:  " + ", ".join(list_datasets()))
     print("models:    " + ", ".join(list_models()))
-    from .data.partition import PARTITIONS
-
-    print("partitions: " + ", ".join(PARTITIONS))
+    partitions = {e.name: e for e in registry("partitions").values()}
+    print("partitions: " + ", ".join(partitions))
+    for name, e in partitions.items():
+        if not e.plugin.startswith("fedselect."):
+            summary, _ = _doc_summary(e.obj.__doc__ or "")
+            print(wrap(f"{summary or '(no description)'} (plugin: {e.plugin})", f"  {name:<18} "))
     print("presets:")
-    for name in sorted(PRESETS):
-        print(wrap(plain_text(PRESETS[name].description), f"  {name:<22} "))
+    presets = {e.name: e for e in registry("presets").values()}
+    for name in sorted(presets):
+        e = presets[name]
+        text = plain_text(e.obj.description) + ("" if e.plugin.startswith("fedselect.") else f" (plugin: {e.plugin})")
+        print(wrap(text, f"  {name:<22} "))
     return 0
 
 
@@ -378,22 +762,62 @@ def _check_writable_file(out: Path) -> None:
         raise PermissionError(f"--out {out}: not writable")
 
 
+def get_preset(name: str, *, command: str = "compare") -> Any:
+    """The preset ``--preset NAME`` (or ``reproduce NAME``) names; ``none`` is no preset at all.
+
+    ``none`` is an empty :class:`~fedselect.presets.Preset`: every setting at Python's default
+    (``make_federation()``, ``FederatedTrainer()``, ``run_comparison``'s seeds and target) unless
+    an option sets it, and no schemes (``compare`` then needs ``--selectors``).
+    """
+    import inspect
+
+    from .presets import Preset
+    from .presets import get_preset as registered
+
+    if name != NO_PRESET:
+        return registered(name)
+    if command == "reproduce":
+        raise ValueError(
+            "reproduce needs a preset (see `fedselect list`); for Python's defaults use "
+            "`fedselect compare --preset none --selectors ...`"
+        )
+    from .compare import run_comparison
+
+    signature = inspect.signature(run_comparison).parameters
+    return Preset(
+        name=NO_PRESET,
+        description="No preset: Python's defaults",
+        federation={},
+        trainer={},
+        selectors={},
+        seeds=tuple(signature["seeds"].default),
+        target=signature["target"].default,
+    )
+
+
+def _settings(args: argparse.Namespace, preset: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The make_federation and FederatedTrainer keyword arguments a command runs: the preset's, then the options."""
+    federation = dict(preset.federation)
+    trainer = dict(preset.trainer)
+    _apply_overrides(args, federation, trainer)
+    return federation, trainer
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .compare import check_plan
     from .data import make_federation
     from .plugins import get_selector
-    from .presets import get_preset
     from .simulation.trainer import FederatedTrainer
 
-    preset = get_preset(args.preset)
-    federation = dict(preset.federation)
-    trainer = dict(preset.trainer)
-    _apply_overrides(args, federation, trainer)
+    preset = get_preset(args.preset, command="run")
+    federation, trainer = _settings(args, preset)
     label, name, params = parse_selector_spec(args.selector)
     # Everything checkable before the data is loaded and training starts.
     check_plan({label: (name, params)}, trainer=trainer, seeds=[args.seed], federation=federation)
     if args.out:
         _check_writable_file(Path(args.out))
+    scheme = repr(name) if not params else repr((name, params))
+    print(f"in Python: {python_equivalent(federation, trainer, selector=scheme, seed=str(args.seed))}", file=sys.stderr)
     out = Path(args.out) if args.out else None
     ckpt = None
     if out is not None and args.checkpoint_every:
@@ -401,16 +825,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         trainer.update(checkpoint_dir=ckpt, checkpoint_every=args.checkpoint_every)
     fed = make_federation(random_state=args.seed, **federation)
     print(fed.summary(), file=sys.stderr)
-    tr = FederatedTrainer(selector=get_selector(name, **params), random_state=args.seed,
-                          progress=not args.no_progress, **trainer)
+    tr = FederatedTrainer(
+        selector=get_selector(name, **params), random_state=args.seed, progress=not args.no_progress, **trainer
+    )
     if ckpt is not None and (ckpt / "checkpoint.pkl").exists():
         print(f"resuming from the checkpoint in {ckpt}/", file=sys.stderr)
     tr.fit(fed)
     h = tr.history_
     target = trainer.get("target_accuracy") or preset.target
     c = h.total_costs()
-    print(f"{label}: {len(h)} rounds, final accuracy {h.final_accuracy():.4f}, best {h.best_accuracy():.4f}, "
-          f"rounds to {target:.0%}: {h.rounds_to_accuracy(target) or 'not reached'}")
+    print(
+        f"{label}: {len(h)} rounds, final accuracy {h.final_accuracy():.4f}, best {h.best_accuracy():.4f}, "
+        f"rounds to {target:.0%}: {h.rounds_to_accuracy(target) or 'not reached'}"
+    )
     print("costs: " + ", ".join(f"{k}={v}" for k, v in c.to_dict().items()))
     if out is not None:
         if out.suffix == ".csv":
@@ -443,23 +870,26 @@ def _default_out(args: argparse.Namespace, preset: Any, federation: dict[str, An
 
 def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) -> int:
     from .compare import run_comparison
-    from .presets import get_preset
 
-    preset = get_preset(preset_name or args.preset)
-    federation = dict(preset.federation)
-    trainer = dict(preset.trainer)
-    _apply_overrides(args, federation, trainer)
+    preset = get_preset(preset_name or args.preset, command=args.command)
+    federation, trainer = _settings(args, preset)
     if args.selectors:
         selectors = {}
         for spec in args.selectors:
             label, name, params = parse_selector_spec(spec)
             if label in selectors:
-                raise ValueError(f"--selectors names {label!r} twice; give each scheme once (or distinct labels, "
-                                 f"e.g. a={spec} b={spec})")
+                raise ValueError(
+                    f"--selectors names {label!r} twice; give each scheme once (or distinct labels, "
+                    f"e.g. a={spec} b={spec})"
+                )
             selectors[label] = (name, params)
     else:
         from .plugins import registry
 
+        if not preset.selectors:
+            raise ValueError(
+                f"--preset {preset.name} names no schemes; give --selectors (e.g. --selectors random power-of-choice)"
+            )
         known = set(registry("selectors"))  # canonical names and aliases
         selectors = {k: v for k, v in preset.selectors.items() if v[0] in known}
         missing = [k for k, v in preset.selectors.items() if v[0] not in known]
@@ -476,11 +906,22 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
     target = trainer.get("target_accuracy") or preset.target
     out = Path(args.out) if args.out else _default_out(args, preset, federation, trainer)
     print(f"comparing {', '.join(selectors)} over seeds {list(seeds)}; results in {out}/", file=sys.stderr)
+    print(f"each run, in Python: {python_equivalent(federation, trainer)}", file=sys.stderr)
     comp = run_comparison(
-        selectors, federation=federation, trainer=trainer, seeds=seeds, target=target, out_dir=out,
-        overwrite=args.overwrite, progress=not args.no_progress, paper=preset.paper if not args.selectors else None,
-        title=preset.description.split(":")[0] if preset_name else "", retry_failed=args.retry_failed,
-        checkpoint_every=args.checkpoint_every, jobs=args.jobs, ray_address=args.ray,
+        selectors,
+        federation=federation,
+        trainer=trainer,
+        seeds=seeds,
+        target=target,
+        out_dir=out,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        paper=preset.paper if not args.selectors else None,
+        title=preset.description.split(":")[0] if preset_name else "",
+        retry_failed=args.retry_failed,
+        checkpoint_every=args.checkpoint_every,
+        jobs=args.jobs,
+        ray_address=args.ray,
         batch_seeds=args.batch_seeds,
     )
     if getattr(args, "compress", False):
@@ -492,6 +933,7 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
     print(comp.to_text())
     if args.paired is not None:
         paired = comp.paired_markdown(args.paired)
+        _keep_paired_of_another_reference(out, args.paired)
         (out / "paired.md").write_text(
             f"Paired by seed against {args.paired} (rounds to {target:.0%}; a run that never reached it counts as "
             f"its rounds + 1; two-sided Wilcoxon signed-rank test)\n\n{paired}\n"
@@ -504,13 +946,18 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
     mine = {_slug(label) for label in comp.histories} | {_slug(label) for label in comp.failed}
     others = sorted({f.name.split("__seed")[0] for f in run_files(out / "runs")} - mine)
     if others:
-        print(f"(these summaries cover the schemes of this command: {', '.join(comp.histories)}; the runs of "
-              f"{', '.join(others)} saved in {out / 'runs'} stay there and return with their --selectors)",
-              file=sys.stderr)
+        print(
+            f"(these summaries cover the schemes of this command: {', '.join(comp.histories)}; the runs of "
+            f"{', '.join(others)} saved in {out / 'runs'} stay there and return with their --selectors)",
+            file=sys.stderr,
+        )
     n_failed = sum(len(v) for v in comp.failed.values())
     if n_failed:
-        print(f"{n_failed} run(s) failed (see the table's last column and {out}/runs/); they stay failed on a rerun "
-              "unless --retry-failed", file=sys.stderr)
+        print(
+            f"{n_failed} run(s) failed (see the table's last column and {out}/runs/); they stay failed on a rerun "
+            "unless --retry-failed",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -524,39 +971,57 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from . import __version__
-    from .presets import get_preset
+    from .presets import PRESETS
 
-    default_preset = get_preset(DEFAULT_PRESET)
-    compare_preset = get_preset(COMPARE_PRESET)
+    # Built-in presets for the help texts, read without loading plugins: a broken plugin must not break --help.
+    default_preset = PRESETS[DEFAULT_PRESET]
+    compare_preset = PRESETS[COMPARE_PRESET]
     parser.add_argument("--version", action="version", version=f"fedselect {__version__}")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the full traceback of an error (also: FEDSELECT_DEBUG=1)")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the full traceback of an error (also: FEDSELECT_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("list", help="list installed selectors (from every plugin), datasets, models and presets",
-                       description="List installed selectors (from every plugin), datasets, models and presets.")
+    p = sub.add_parser(
+        "list",
+        help="list installed selectors, datasets, models, partitions and presets (from every plugin)",
+        description="List installed selectors, datasets, models, partitions and presets, from every plugin.",
+    )
     _plugin_arg(p)
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser(
-        "run", help="run one scheme once and print its accuracy and costs",
+        "run",
+        help="run one scheme once and print its accuracy and costs",
         description="Run one scheme on one federation. Settings start from --preset (default digits-quick); "
         "every option below overrides one of them.",
     )
     p.add_argument("--selector", default="random", help="name or name:param=value,... (default: random)")
-    p.add_argument("--preset", default=DEFAULT_PRESET,
-                   help=f"starting settings, see `fedselect list` (default: {DEFAULT_PRESET})")
+    p.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help=f"starting settings, see `fedselect list`; {NO_PRESET}: no preset, Python's defaults "
+        f"(default: {DEFAULT_PRESET})",
+    )
     p.add_argument("--seed", type=int, default=0, help="seeds the federation, training and selection (default: 0)")
-    p.add_argument("--out", help="write the history to this .json or .csv file (and checkpoint the run beside it "
-                   "in OUT.checkpoint/ until then: the same command resumes a killed run) (default: none, the "
-                   "summary is printed only)")
-    p.add_argument("--checkpoint-every", type=_non_negative, default=10, metavar="K",
-                   help="with --out, checkpoint every K rounds (default: 10; 0 = never)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (there is one only when stderr is a terminal)")
+    p.add_argument(
+        "--out",
+        help="write the history to this .json or .csv file (and checkpoint the run beside it "
+        "in OUT.checkpoint/ until then: the same command resumes a killed run) (default: none, the "
+        "summary is printed only)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=_non_negative,
+        default=10,
+        metavar="K",
+        help="with --out, checkpoint every K rounds (default: 10; 0 = never)",
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (there is one only when stderr is a terminal)"
+    )
     _plugin_arg(p)
-    _federation_args(p, default_preset)
-    _trainer_args(p, default_preset)
+    _add_options(p, default_preset, _stop_note(default_preset))
     p.set_defaults(func=_cmd_run)
 
     for cmd, helptext in (
@@ -564,7 +1029,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("reproduce", "run a paper's preset (see `fedselect list`), resumable"),
     ):
         p = sub.add_parser(
-            cmd, help=helptext,
+            cmd,
+            help=helptext,
             description=helptext[0].upper() + helptext[1:] + ". Each (scheme, seed) run is saved the moment it "
             "finishes under OUT/runs/ with the command and commit that produced it; rerunning the same command "
             "skips finished runs and resumes the one in progress from its checkpoint. A run that diverges or raises "
@@ -575,56 +1041,104 @@ def build_parser() -> argparse.ArgumentParser:
         if cmd == "reproduce":
             p.add_argument("preset", help="preset name, e.g. fedcor-fmnist-2spc")
         else:
-            p.add_argument("--preset", default=COMPARE_PRESET,
-                           help=f"starting settings, see `fedselect list` (default: {COMPARE_PRESET}, strong label "
-                           "skew, where the choice of clients matters)")
+            p.add_argument(
+                "--preset",
+                default=COMPARE_PRESET,
+                help=f"starting settings, see `fedselect list`; {NO_PRESET}: no preset, every setting at "
+                "Python's default unless an option sets it (then give --selectors) (default: "
+                f"{COMPARE_PRESET}, strong label skew, where the choice of clients matters)",
+            )
         preset = None if cmd == "reproduce" else compare_preset
-        p.add_argument("--selectors", nargs="+", metavar="NAME[:P=V,...]",
-                       help="schemes as name or label=name:param=value,... (default: the preset's"
-                       + (f", for {preset.name}: {' '.join(preset.selectors)})" if preset else ")"))
-        p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's"
-                       + (f", for {preset.name}: {' '.join(map(str, preset.seeds))})" if preset else ")"))
-        p.add_argument("--out", help="output directory (default fedselect-results/<preset> with the preset's "
-                       "settings, fedselect-results/<preset>-<hash of the settings> when a federation or training "
-                       "option differs, so changed settings never collide with earlier runs; other --selectors and "
-                       "--seeds add runs to the same folder)")
+        p.add_argument(
+            "--selectors",
+            nargs="+",
+            metavar="NAME[:P=V,...]",
+            help="schemes as name or label=name:param=value,... (default: the preset's"
+            + (f", for {preset.name}: {' '.join(preset.selectors)})" if preset else ")"),
+        )
+        p.add_argument(
+            "--seeds",
+            nargs="+",
+            type=int,
+            help="seeds (default: the preset's"
+            + (f", for {preset.name}: {' '.join(map(str, preset.seeds))})" if preset else ")"),
+        )
+        p.add_argument(
+            "--out",
+            help="output directory (default fedselect-results/<preset> with the preset's "
+            "settings, fedselect-results/<preset>-<hash of the settings> when a federation or training "
+            "option differs, so changed settings never collide with earlier runs; other --selectors and "
+            "--seeds add runs to the same folder)",
+        )
         p.add_argument("--overwrite", action="store_true", help="re-run saved runs whose settings differ")
-        p.add_argument("--compress", action="store_true",
-                       help="gzip the finished run files (OUT/runs/*.json -> *.json.gz) at the end; a rerun reads both")
-        p.add_argument("--retry-failed", action="store_true",
-                       help="run again the runs saved as failed (by default a failed run stays failed)")
-        p.add_argument("--checkpoint-every", type=_non_negative, default=10, metavar="K",
-                       help="checkpoint each run every K rounds under OUT/checkpoints/, so a killed comparison "
-                       "resumes the run in progress (default: 10; 0 = never)")
-        p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
-                       help="run N (scheme, seed) runs at once, each in a process of its own with --threads torch "
-                       "threads (keep N x threads within the cores); 0 or auto: one run per core, cores // --threads "
-                       f"(here {_cores()} core(s)). Results, result files and resuming are those of a serial run; "
-                       "one progress bar counts the whole grid (default: 1, one run after another)")
-        p.add_argument("--batch-seeds", type=_non_negative, nargs="?", const=True, default=False, metavar="N",
-                       help="train the seeds of each scheme together as one computation: each round, all seeds' "
-                       "chosen clients in one batched step and all seeds' models in one pass over the test set; "
-                       "each run keeps its own selector, random streams, history and result file (results equal "
-                       "the one-at-a-time runs' up to float rounding). Without N all seeds of a scheme at once, "
-                       "with N up to N at a time. Models other than the built-in logistic, mlp and cnn, and batch "
-                       "norm, train one run at a time with a note. With --jobs, each process trains one batch at a "
-                       "time (default: off)")
-        p.add_argument("--ray", metavar="ADDRESS",
-                       help="run each (scheme, seed) as a task on a Ray cluster, --threads CPUs each: auto (the "
-                       "cluster this machine is part of), ray://HOST:PORT, or local (start Ray on this machine); "
-                       "results are written here as tasks finish. Needs Ray: pip install \"fedselect[ray]\" "
-                       "(default: none, runs stay on this machine)")
-        p.add_argument("--paired", metavar="LABEL",
-                       help="also compare every scheme with LABEL seed by seed (Wilcoxon test, Holm-adjusted), into "
-                       "OUT/paired.md (default: random, when it is compared with another scheme)")
-        p.add_argument("--no-paired", action="store_true", help="no paired comparison, not even against random "
-                       "(default: off)")
-        p.add_argument("--no-progress", action="store_true",
-                       help="no progress reports (when stderr is a terminal: bars; otherwise, as in a log file, "
-                       "one line per finished run)")
+        p.add_argument(
+            "--compress",
+            action="store_true",
+            help="gzip the finished run files (OUT/runs/*.json -> *.json.gz) at the end; a rerun reads both",
+        )
+        p.add_argument(
+            "--retry-failed",
+            action="store_true",
+            help="run again the runs saved as failed (by default a failed run stays failed)",
+        )
+        p.add_argument(
+            "--checkpoint-every",
+            type=_non_negative,
+            default=10,
+            metavar="K",
+            help="checkpoint each run every K rounds under OUT/checkpoints/, so a killed comparison "
+            "resumes the run in progress (default: 10; 0 = never)",
+        )
+        p.add_argument(
+            "--jobs",
+            type=_jobs,
+            default=1,
+            metavar="N",
+            help="run N (scheme, seed) runs at once, each in a process of its own with --threads torch "
+            "threads (keep N x threads within the cores); 0 or auto: one run per core, cores // --threads "
+            f"(here {_cores()} core(s)). Results, result files and resuming are those of a serial run; "
+            "one progress bar counts the whole grid (default: 1, one run after another)",
+        )
+        p.add_argument(
+            "--batch-seeds",
+            type=_non_negative,
+            nargs="?",
+            const=True,
+            default=False,
+            metavar="N",
+            help="train the seeds of each scheme together as one computation: each round, all seeds' "
+            "chosen clients in one batched step and all seeds' models in one pass over the test set; "
+            "each run keeps its own selector, random streams, history and result file (results equal "
+            "the one-at-a-time runs' up to float rounding). Without N all seeds of a scheme at once, "
+            "with N up to N at a time. Models other than the built-in logistic, mlp and cnn, and batch "
+            "norm, train one run at a time with a note. With --jobs, each process trains one batch at a "
+            "time (default: off)",
+        )
+        p.add_argument(
+            "--ray",
+            metavar="ADDRESS",
+            help="run each (scheme, seed) as a task on a Ray cluster, --threads CPUs each: auto (the "
+            "cluster this machine is part of), ray://HOST:PORT, or local (start Ray on this machine); "
+            'results are written here as tasks finish. Needs Ray: pip install "fedselect[ray]" '
+            "(default: none, runs stay on this machine)",
+        )
+        p.add_argument(
+            "--paired",
+            metavar="LABEL",
+            help="also compare every scheme with LABEL seed by seed (Wilcoxon test, Holm-adjusted), into "
+            "OUT/paired.md (default: random, when it is compared with another scheme)",
+        )
+        p.add_argument(
+            "--no-paired", action="store_true", help="no paired comparison, not even against random (default: off)"
+        )
+        p.add_argument(
+            "--no-progress",
+            action="store_true",
+            help="no progress reports (when stderr is a terminal: bars; otherwise, as in a log file, "
+            "one line per finished run)",
+        )
         _plugin_arg(p)
-        _federation_args(p, preset)
-        _trainer_args(p, preset)
+        _add_options(p, preset, _stop_note(preset))
         if cmd == "reproduce":
             p.set_defaults(func=lambda a: _cmd_compare(a, preset_name=a.preset))
         else:
@@ -636,7 +1150,14 @@ def build_parser() -> argparse.ArgumentParser:
 # also come from a bug (a TypeError or KeyError inside fedselect or a plugin): --debug or FEDSELECT_DEBUG=1 shows
 # the traceback. Anything else (AttributeError, IndexError, AssertionError, ...) always keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    KeyError, ValueError, TypeError, OSError, FloatingPointError, EOFError, RuntimeError, ImportError,
+    KeyError,
+    ValueError,
+    TypeError,
+    OSError,
+    FloatingPointError,
+    EOFError,
+    RuntimeError,
+    ImportError,
     argparse.ArgumentTypeError,
 )
 
@@ -649,6 +1170,17 @@ def _one_line(exc: BaseException) -> str:
     return msg
 
 
+def _load_plugins_named(argv: Sequence[str]) -> None:
+    """Load the plugins ``--plugin X`` (or ``--plugin=X``) names in ``argv``, before the parser is built."""
+    named = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--plugin"]
+    named += [a.split("=", 1)[1] for a in argv if a.startswith("--plugin=")]
+    if named:
+        from .plugins import load_plugin
+
+        for plugin in named:
+            load_plugin(plugin)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedselect`` command.
 
@@ -657,6 +1189,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     unwritable files, a diverging run; printed as one line ``fedselect: error: ...``), 130
     when interrupted. ``--debug`` (or ``FEDSELECT_DEBUG=1``) shows the traceback instead.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        # Plugins named by --plugin load first, so the partitions they register bring their options.
+        _load_plugins_named(argv)
+    except USER_ERRORS as exc:
+        if "--debug" in argv or os.environ.get("FEDSELECT_DEBUG"):
+            raise
+        print(f"fedselect: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -670,8 +1211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 load_plugin(plugin)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("\ninterrupted: finished runs and checkpoints are saved; rerun the same command to resume",
-              file=sys.stderr)
+        print(
+            "\ninterrupted: finished runs and checkpoints are saved; rerun the same command to resume", file=sys.stderr
+        )
         return 130
     except USER_ERRORS as exc:
         if args.debug or os.environ.get("FEDSELECT_DEBUG"):
@@ -682,3 +1224,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _keep_paired_of_another_reference(out: Path, reference: str) -> None:
+    """Move ``out/paired.md`` aside as ``paired-against-<its reference>.md`` when it pairs against another scheme.
+
+    The same runs paired against another reference are another family of tests (other Holm-adjusted
+    p-values): the earlier verdict is kept beside the new one, never overwritten.
+    """
+    path = out / "paired.md"
+    try:
+        first = path.read_text(errors="replace").split("\n", 1)[0]
+    except OSError:
+        return
+    prefix = "Paired by seed against "
+    if not first.startswith(prefix):
+        return
+    before = first[len(prefix):].split(" (rounds to", 1)[0]
+    if before != reference:
+        from .compare import _slug
+
+        path.replace(out / f"paired-against-{_slug(before)}.md")

@@ -12,6 +12,9 @@ and an entry point in the ``fedselect`` group of its distribution::
 
     [project.entry-points.fedselect]
     mine = "fedselect_mine"
+
+The hooks: :func:`register_selectors`, :func:`register_datasets`, :func:`register_models`,
+:func:`register_partitions` and :func:`register_presets`.
 """
 
 from __future__ import annotations
@@ -52,4 +55,28 @@ def register_models(register: Callable[..., Any]) -> None:
 
     Call ``register(builder, name="...")`` where ``builder(input_shape, n_classes, **params)``
     returns a :class:`torch.nn.Module`.
+    """
+
+
+@hookspec
+def register_partitions(register: Callable[..., Any]) -> None:
+    """Register partition schemes: how a labelled training set is split across clients.
+
+    Call ``register(func, name="...", aliases=(...))`` where
+    ``func(y, n_clients, *, random_state=None, **params)`` returns one sorted ``int64`` index
+    array per client (see :mod:`fedselect.data.partition`). ``name`` is what users type:
+    ``make_federation(partition=name, **params)``, ``fedselect compare --partition name``; the
+    keyword-only ``params`` of ``func`` (with their defaults) become command-line options.
+    """
+
+
+@hookspec
+def register_presets(register: Callable[..., Any]) -> None:
+    """Register presets: named experiments (a paper's setting), run by ``fedselect reproduce NAME``.
+
+    Call ``register(preset)`` once per :class:`fedselect.presets.Preset`; its ``name`` is what
+    users type (``fedselect reproduce NAME``, ``fedselect compare --preset NAME``). Its
+    ``federation`` and ``trainer`` mappings are keyword arguments of
+    :func:`fedselect.data.make_federation` and :class:`fedselect.FederatedTrainer`: what they
+    leave out runs at those functions' defaults, on the command line as in Python.
     """

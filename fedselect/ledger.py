@@ -147,6 +147,10 @@ class RoundLedger:
     def is_failed(self, k: int) -> bool:
         return bool(self._failed[int(k)])
 
+    def failed_mask(self, ids: Any) -> np.ndarray:
+        """For each of ``ids``, whether it has failed this round (one vectorised lookup)."""
+        return self._failed[self.ids(ids, "failed_mask")]
+
     def mark_failed(self, ids: Any) -> None:
         """Record that these clients did not answer; they are not contacted again this round."""
         self._failed[self.ids(ids, "mark_failed")] = True
@@ -173,6 +177,10 @@ class RoundLedger:
     # -- the global model -------------------------------------------------------------
     def holds_model(self, k: int) -> bool:
         return bool(self._holding[int(k)])
+
+    def holding_mask(self, ids: Any) -> np.ndarray:
+        """For each of ``ids``, whether it already holds ``w^t`` this round."""
+        return self._holding[self.ids(ids, "holding_mask")]
 
     def send_model(self, ids: Any) -> np.ndarray:
         """Charge one model down per client not yet holding ``w^t``; return those (distinct, in order).
@@ -221,6 +229,11 @@ class RoundLedger:
 
     def has_loss(self, k: int) -> bool:
         return bool(self._has_loss[int(k)] and not self._failed[int(k)])
+
+    def has_loss_mask(self, ids: Any) -> np.ndarray:
+        """For each of ``ids``, whether its ``l_k(w^t)`` reached the server this round (and it has not failed)."""
+        arr = self.ids(ids, "has_loss_mask")
+        return self._has_loss[arr] & ~self._failed[arr]
 
     # -- local training from w^t -------------------------------------------------------------
     def to_train(self, ids: Any) -> np.ndarray:
@@ -280,9 +293,23 @@ class RoundLedger:
     def uploaded(self, k: int) -> bool:
         return bool(self._uploaded[int(k)])
 
+    def uploaded_mask(self, ids: Any) -> np.ndarray:
+        """For each of ``ids``, whether its full update has reached the server this round."""
+        return self._uploaded[self.ids(ids, "uploaded_mask")]
+
     def record_floats_up(self, n: int) -> None:
         """Charge ``n`` floats of compressed (transformed) updates sent up."""
         self.costs.floats_up += int(n)
+
+    def record_scalars_up(self, n: int) -> None:
+        """Charge ``n`` scalars sent up besides the losses on ``w^t``.
+
+        A transport whose selector ``needs`` ``"sample_losses"`` charges one per reporter
+        (its ``RoundFeedback.sample_loss_sq``, sent with its update).
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"RoundLedger.record_scalars_up: n={n!r} must be an integer >= 0")
+        self.costs.scalars_up += int(n)
 
     def record_evaluation(self, samples: int) -> None:
         """Charge forward passes that are not a client's loss on ``w^t`` (e.g. the test set)."""

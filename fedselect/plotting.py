@@ -44,8 +44,9 @@ def describe_setting(results: Mapping[str, Sequence[History]]) -> str:
         partition = None
         if fed.get("partition"):
             params = {k: v for k, v in fed.items() if k not in _NOT_PARTITION_PARAMS and v is not None}
-            partition = str(fed["partition"]) + (f" ({', '.join(f'{k}={v}' for k, v in params.items())})"
-                                                 if params else "")
+            partition = str(fed["partition"]) + (
+                f" ({', '.join(f'{k}={v}' for k, v in params.items())})" if params else ""
+            )
         n_clients = config.get("n_clients") or fed.get("n_clients")
         return [
             str(fed["dataset"]) if fed.get("dataset") else None,
@@ -71,14 +72,23 @@ def describe_setting(results: Mapping[str, Sequence[History]]) -> str:
 
 
 def _set_title(ax: Any, title: str | None, results: Mapping[str, Sequence[History]], setting: bool) -> None:
+    """The title and the setting, each wrapped to the width of the axes so neither runs past the figure."""
     import textwrap
 
-    lines = [title] if title else []
+    from matplotlib.font_manager import FontProperties
+
+    points = FontProperties(size="medium").get_size_in_points()
+    axes_inches = ax.get_position().width * ax.figure.get_figwidth()
+    # ~0.6 em per character of DejaVu Sans (wider than its average, so lines rather fall short than overrun)
+    width = max(30, int(axes_inches * 72 / (0.6 * points)))
+    lines = [textwrap.fill(line, width) for line in title.splitlines()] if title else []
     text = describe_setting(results) if setting else ""
     if text:
-        lines.append(textwrap.fill(text, 90))
+        lines.append(textwrap.fill(text, min(width, 90)))
     if lines:
-        ax.set_title("\n".join(lines), fontsize="medium")
+        # wrap=True: at draw time, after the layout has placed the axes, matplotlib breaks a line again
+        # where it would still pass the figure's edge (a legend beside the axes narrows them)
+        ax.set_title("\n".join(lines), fontsize="medium", wrap=True)
 
 
 def figure_size(kind: str, labels: Sequence[str], n_clients: int = 0) -> tuple[float, float]:
@@ -124,6 +134,15 @@ def plot_accuracy(
     standard deviation over them (``np.std``, ddof=0), at each round every seed evaluated; the
     legend says so. A scheme with one seed has no band.
 
+    With a ``target``, the target line carries what the comparison table reports: a tick
+    ``|`` at each seed's first round at the target (:meth:`History.rounds_to_accuracy`) and
+    a diamond at their mean, the table's "rounds to target", in the scheme's colour. The
+    diamond is hollow when some seed never reached the target or failed (the table's N/A,
+    followed by the mean of the seeds that reached it). The mean curve usually crosses the
+    target later than that diamond: one seed's single good round counts as its crossing,
+    while the mean curve crosses only once the seeds' accuracies average above the target.
+    Read rounds to target from the diamonds, not from where the line meets the target.
+
     Parameters
     ----------
     results : mapping
@@ -145,6 +164,7 @@ def plot_accuracy(
     ax = _axes(ax, figure_size("accuracy", list(results)))
     failed = dict(failed or {})
     banded = False
+    crossings: list[tuple[Any, list[int], bool]] = []  # (colour, each reaching seed's first round, all reached)
     for label, hs in results.items():
         note = f", {failed[label]} failed" if failed.get(label) else ""
         if not hs:
@@ -158,16 +178,64 @@ def plot_accuracy(
         if len(hs) > 1:
             ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.18, lw=0)
             banded = True
+        if target is not None:
+            firsts = [h.rounds_to_accuracy(target) for h in hs]
+            reached = [int(f) for f in firsts if f is not None]
+            if reached:
+                crossings.append((line.get_color(), reached, len(reached) == len(hs) and not failed.get(label)))
+    handles, labels = ax.get_legend_handles_labels()
     if target is not None:
-        ax.axhline(target, ls="--", color="0.4", lw=1, label=f"target {target:.0%}")
+        handles.append(ax.axhline(target, ls="--", color="0.4", lw=1))
+        labels.append(f"target {target:.0%}")
+        proxies = _draw_crossings(ax, target, crossings)
+        if proxies:
+            handles += proxies
+            labels += ["each seed's first round at the target", "their mean: the table's rounds to target"]
+        if any(not complete for _, _, complete in crossings):
+            handles.append(ax.plot([], [], ls="none", marker="D", ms=6, mfc="white", mec="0.3", mew=1.4)[0])
+            labels.append("hollow: not every seed reached it\n(the table's N/A), mean of those that did")
     ax.set_xlabel("communication round")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     # Beside the axes: long labels (selector parameters) never cover the curves.
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title_fontsize="small",
-              title="line: mean over the n seeds\nband: ± 1 std over them" if banded else "one seed: no band")
+    ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize="small",
+        title_fontsize="small",
+        title="line: mean over the n seeds\nband: ± 1 std over them" if banded else "one seed: no band",
+    )
     _set_title(ax, title, results, setting)
     return ax
+
+
+def _draw_crossings(ax: Any, target: float, crossings: Sequence[tuple[Any, Sequence[int], bool]]) -> list[Any]:
+    """On the target line, per scheme: a tick at each seed's first round at the target and a diamond at their mean.
+
+    Returns the legend's proxies (a grey tick, a grey diamond), none when no seed reached the target.
+    """
+    for colour, reached, complete in crossings:
+        ax.plot(
+            reached, [target] * len(reached), ls="none", marker="|", ms=10, mew=1.5, color=colour, alpha=0.75, zorder=3
+        )
+        ax.plot(
+            [float(np.mean(reached))],
+            [target],
+            ls="none",
+            marker="D",
+            ms=7,
+            zorder=4,
+            **(
+                {"mfc": colour, "mec": "black", "mew": 0.9} if complete else {"mfc": "white", "mec": colour, "mew": 1.6}
+            ),
+        )
+    if not crossings:
+        return []
+    tick = ax.plot([], [], ls="none", marker="|", ms=10, mew=1.5, color="0.2")[0]
+    diamond = ax.plot([], [], ls="none", marker="D", ms=6, mfc="0.5", mec="black", mew=0.9)[0]
+    return [tick, diamond]
 
 
 def plot_selection_frequency(
@@ -217,8 +285,9 @@ def plot_selection_frequency(
         hs = results[label]
         ids = np.fromiter((k for h in hs for r in h.rounds for k in r.clients), dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= n_clients):
-            raise ValueError(f"plot_selection_frequency: runs of {label!r} chose client ids outside "
-                             f"0 .. {n_clients - 1}")
+            raise ValueError(
+                f"plot_selection_frequency: runs of {label!r} chose client ids outside 0 .. {n_clients - 1}"
+            )
         if group == 1:
             row = np.bincount(ids, minlength=n_clients) / len(hs)
             cvs.append(row.std() / row.mean() if row.mean() > 0 else 0.0)
@@ -236,18 +305,26 @@ def plot_selection_frequency(
         image = ax.imshow(freq, aspect="auto", cmap="viridis", interpolation="nearest")
         ax.set_xlabel("client id   (cv: std / mean of the counts across clients)")
     else:
-        image = ax.imshow(freq, aspect="auto", cmap="viridis", interpolation="nearest",
-                          extent=(-0.5, n_clients - 0.5, len(labels) - 0.5, -0.5))
+        image = ax.imshow(
+            freq,
+            aspect="auto",
+            cmap="viridis",
+            interpolation="nearest",
+            extent=(-0.5, n_clients - 0.5, len(labels) - 0.5, -0.5),
+        )
         ax.set_xlabel(f"client id, in groups of {group}   (cv: std / mean of the counts across clients)")
     ax.set_yticks(np.arange(len(labels)), labels)
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # client ids are whole numbers: no 2.5 tick
-    ax.figure.colorbar(image, ax=ax, label="times chosen per run\n(mean over seeds"
-                       + (")" if group == 1 else " and the group)"), pad=0.08)
+    ax.figure.colorbar(
+        image,
+        ax=ax,
+        label="times chosen per run\n(mean over seeds" + (")" if group == 1 else " and the group)"),
+        pad=0.08,
+    )
     for i, cv in enumerate(cvs):
-        ax.text(n_clients - 0.5, i, f" cv {cv:.2f}", va="center", ha="left", fontsize="x-small",
-                clip_on=False)
+        ax.text(n_clients - 0.5, i, f" cv {cv:.2f}", va="center", ha="left", fontsize="x-small", clip_on=False)
     _set_title(ax, title, {k: results[k] for k in labels}, setting)
     return ax
 
@@ -292,8 +369,10 @@ def plot_communication(
         ax.set_xlim(0, 1.3 * max(ends))  # room for the "reached" notes of the longest bars
     ax.set_yticks(y, labels)
     ax.invert_yaxis()  # first scheme on top, in the table's order
-    ax.set_xlabel(f"million floats communicated until {target:.0%} test accuracy\n"
-                  "(bar: mean over the seeds that reached it; error bar: ± 1 std over them)")
+    ax.set_xlabel(
+        f"million floats communicated until {target:.0%} test accuracy\n"
+        "(bar: mean over the seeds that reached it; error bar: ± 1 std over them)"
+    )
     ax.grid(alpha=0.3, axis="x")
     _set_title(ax, title, results, setting)
     return ax

@@ -1,7 +1,7 @@
 """The plugin manager and the registries built from it.
 
-Built-in schemes, datasets and models register through the very same hooks as
-third-party plugins. Entry points of the group ``fedselect`` are loaded lazily, once,
+Built-in schemes, datasets, models, partitions and presets register through the very same
+hooks as third-party plugins. Entry points of the group ``fedselect`` are loaded lazily, once,
 the first time a registry is read. The environment variable ``FEDSELECT_PLUGINS``
 narrows which entry points load: a comma-separated list of entry-point names, or
 an empty string for none (built-ins always load).
@@ -30,9 +30,12 @@ __all__ = [
     "DEFAULT_PLUGINS",
     "PluginError",
     "get_selector",
+    "get_partition",
     "get_selector_class",
     "list_datasets",
     "list_models",
+    "list_partitions",
+    "list_presets",
     "list_selectors",
     "load_plugin",
     "load_plugins",
@@ -49,8 +52,12 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "fedselect.selectors.data_size",
     "fedselect.selectors.power_of_choice",
     "fedselect.selectors.afl",
+    "fedselect.selectors.oort",
+    "fedselect.selectors.deadline_random",
     "fedselect.data.datasets",
+    "fedselect.data.partition",
     "fedselect._builtin_models",
+    "fedselect.presets",
 )
 OPTIONAL_DEFAULT_PLUGINS: tuple[str, ...] = (
     "fedselect.selectors.fedcor",
@@ -146,8 +153,9 @@ def _collect(hook_name: str, check: Callable[[Any, str, str], None]) -> dict[str
     for impl in hook.get_hookimpls():  # registration order
         plugin_name = impl.plugin_name
 
-        def register(obj: Any, name: str | None = None, aliases: tuple[str, ...] | list[str] = (),
-                     _plugin: str = plugin_name) -> None:
+        def register(
+            obj: Any, name: str | None = None, aliases: tuple[str, ...] | list[str] = (), _plugin: str = plugin_name
+        ) -> None:
             name = name or getattr(obj, "name", None) or getattr(obj, "__name__", None)
             if not isinstance(name, str) or not name:
                 raise PluginError(f"plugin {_plugin!r} registered {obj!r} without a name")
@@ -185,13 +193,62 @@ def _check_callable(obj: Any, name: str, plugin: str) -> None:
         raise PluginError(f"plugin {plugin!r} registered {obj!r} as {name!r}, which is not callable")
 
 
+def _check_partition(obj: Any, name: str, plugin: str) -> None:
+    import inspect
+
+    _check_callable(obj, name, plugin)
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        return
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    positional = [
+        p
+        for p in params.values()
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    takes_args = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values())
+    if (len(positional) < 2 and not takes_args) or not ("random_state" in params or takes_kwargs):
+        raise PluginError(
+            f"plugin {plugin!r} registered {obj!r} as partition {name!r}, but a partition must be callable as "
+            "func(y, n_clients, *, random_state=None, **params)"
+        )
+
+
+def _check_preset(obj: Any, name: str, plugin: str) -> None:
+    from .presets import Preset, check_preset
+
+    if not isinstance(obj, Preset):
+        raise PluginError(
+            f"plugin {plugin!r} registered {obj!r:.80} as preset {name!r}, but presets must be "
+            "fedselect.presets.Preset instances"
+        )
+    if name != obj.name:
+        raise PluginError(
+            f"plugin {plugin!r} registered preset {obj.name!r} under the name {name!r}; a preset is "
+            "registered under its own name (register(preset), or name=preset.name)"
+        )
+    try:
+        check_preset(obj)
+    except (TypeError, ValueError) as exc:
+        raise PluginError(f"plugin {plugin!r} registered an invalid preset {name!r}: {exc}") from exc
+
+
+_HOOKS: dict[str, tuple[str, Callable[[Any, str, str], None]]] = {
+    "selectors": ("register_selectors", _check_selector),
+    "datasets": ("register_datasets", _check_callable),
+    "models": ("register_models", _check_callable),
+    "partitions": ("register_partitions", _check_partition),
+    "presets": ("register_presets", _check_preset),
+}
+
+
 def registry(kind: str) -> dict[str, Entry]:
-    """The table of ``kind`` ("selectors", "datasets" or "models"): every name and alias to its entry."""
-    hooks = {
-        "selectors": ("register_selectors", _check_selector),
-        "datasets": ("register_datasets", _check_callable),
-        "models": ("register_models", _check_callable),
-    }
+    """The table of ``kind`` (``"selectors"``, ``"datasets"``, ``"models"``, ``"partitions"`` or ``"presets"``).
+
+    Every name and alias maps to its :class:`Entry`, in registration order (built-ins first).
+    """
+    hooks = _HOOKS
     if kind not in hooks:
         raise ValueError(f"unknown registry {kind!r}; expected one of {sorted(hooks)}")
     return _collect(*hooks[kind])
@@ -226,6 +283,21 @@ def list_models() -> list[str]:
     return sorted(_canonical(registry("models")))
 
 
+def list_partitions() -> list[str]:
+    """Names of every registered partition scheme, in registration order (the built-ins first)."""
+    return list(_canonical(registry("partitions")))
+
+
+def list_presets() -> list[str]:
+    """Names of every registered preset, sorted."""
+    return sorted(_canonical(registry("presets")))
+
+
+def get_partition(name: str) -> Callable[..., Any]:
+    """The partition function registered as ``name`` (or one of its aliases)."""
+    return _lookup("partitions", name).obj
+
+
 def get_selector_class(name: str) -> type:
     """The selector class registered under ``name`` (or one of its aliases)."""
     return _lookup("selectors", name).obj
@@ -248,8 +320,10 @@ def get_selector(name: str, **params: Any) -> Any:
         for p in unknown:
             close = difflib.get_close_matches(p, accepted, n=1) or [q for q in accepted if q.lower() == p.lower()]
             hints.append(f"{p!r} (did you mean {close[0]!r}?)" if close else repr(p))
-        raise TypeError(f"selector {name!r} ({cls.__name__}) does not accept parameter {', '.join(hints)}; its "
-                        f"parameters: {', '.join(accepted)}")
+        raise TypeError(
+            f"selector {name!r} ({cls.__name__}) does not accept parameter {', '.join(hints)}; its "
+            f"parameters: {', '.join(accepted)}"
+        )
     try:
         return cls(**params)
     except TypeError as exc:
@@ -335,8 +409,9 @@ def register_plugin(plugin: ModuleType | object, *, name: str | None = None) -> 
     Parameters
     ----------
     plugin : module or object
-        Has one or more of the hooks ``register_selectors``, ``register_datasets`` and
-        ``register_models`` (see :mod:`fedselect.hookspecs`), decorated with
+        Has one or more of the hooks ``register_selectors``, ``register_datasets``,
+        ``register_models``, ``register_partitions`` and ``register_presets`` (see
+        :mod:`fedselect.hookspecs`), decorated with
         :data:`fedselect.hookimpl`.
     name : str, optional
         The plugin's name in error messages and in :func:`registry` entries; default
@@ -361,13 +436,17 @@ def register_plugin(plugin: ModuleType | object, *, name: str | None = None) -> 
     known = sorted(n for n in dir(hookspecs) if n.startswith("register_"))
     if not impls:
         undecorated = [n for n in known if callable(getattr(plugin, n, None))]
-        hint = (f"; {', '.join(undecorated)} must be decorated with @fedselect.hookimpl" if undecorated
-                else f"; define one of {', '.join(known)} decorated with @fedselect.hookimpl")
+        hint = (
+            f"; {', '.join(undecorated)} must be decorated with @fedselect.hookimpl"
+            if undecorated
+            else f"; define one of {', '.join(known)} decorated with @fedselect.hookimpl"
+        )
         raise PluginError(f"{label} holds no fedselect hook implementation{hint}")
     unknown = [n for n in impls if n not in known]
     if unknown:
-        raise PluginError(f"{label} implements unknown hook(s) {', '.join(unknown)}; fedselect's hooks are "
-                          f"{', '.join(known)}")
+        raise PluginError(
+            f"{label} implements unknown hook(s) {', '.join(unknown)}; fedselect's hooks are {', '.join(known)}"
+        )
     taken = pm.get_plugin(label)
     if taken is not None:
         raise PluginError(
@@ -375,7 +454,7 @@ def register_plugin(plugin: ModuleType | object, *, name: str | None = None) -> 
             "name=...) a name of its own, or unregister the first one (fedselect.plugins.pm.unregister)"
         )
     pm.register(plugin, name=label)
-    kinds = {"register_selectors": "selectors", "register_datasets": "datasets", "register_models": "models"}
+    kinds = {hook: kind for kind, (hook, _) in _HOOKS.items()}
     try:
         for hook in impls:
             registry(kinds[hook])
@@ -395,7 +474,7 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
 
     This is what ``fedselect ... --plugin FILE_OR_MODULE`` does: the file needs no package,
     no ``pyproject.toml`` and no installation; its ``@fedselect.hookimpl`` functions
-    (``register_selectors``, ``register_datasets``, ``register_models``) register exactly as
+    (``register_selectors``, ``register_presets``, ...) register exactly as
     an installed entry-point plugin's would. A file is imported as a module named after it
     (``my_selector.py`` -> ``my_selector``, so its classes pickle and their settings read
     ``my_selector:MySelector``); its directory is not added to ``sys.path``. Loading the
@@ -438,8 +517,9 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
         return register_plugin(module, name=f"module {text}")  # type: ignore[return-value]
     path = Path(text).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"plugin file {text} does not exist" if not path.exists()
-                                else f"plugin file {text} is not a file")
+        raise FileNotFoundError(
+            f"plugin file {text} does not exist" if not path.exists() else f"plugin file {text} is not a file"
+        )
     resolved = path.resolve()
     label = f"file {resolved}"
     existing = pm.get_plugin(label)
@@ -451,8 +531,10 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
         _user_plugins.pop(label, None)
     mod_name = path.stem
     if not mod_name.isidentifier():
-        raise PluginError(f"plugin file {text}: {mod_name!r} is not a valid module name; rename the file "
-                          "(letters, digits and underscores, e.g. my_selector.py)")
+        raise PluginError(
+            f"plugin file {text}: {mod_name!r} is not a valid module name; rename the file "
+            "(letters, digits and underscores, e.g. my_selector.py)"
+        )
     other = sys.modules.get(mod_name)
     if other is not None:
         other_file = getattr(other, "__file__", None)
@@ -499,19 +581,32 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     return module
 
 
-def user_plugins_used(*, selector: Any = None, dataset: Any = None, model: Any = None,
-                      objects: tuple[Any, ...] = ()) -> list[dict[str, str]]:
+def user_plugins_used(
+    *,
+    selector: Any = None,
+    dataset: Any = None,
+    model: Any = None,
+    partition: Any = None,
+    federation: Any = None,
+    objects: tuple[Any, ...] = (),
+) -> list[dict[str, str]]:
     """The plugins loaded by :func:`load_plugin` / :func:`register_plugin` that provide what a run uses.
 
-    ``selector``, ``dataset`` and ``model`` are registered names (others are ignored);
-    ``objects`` are classes, instances or functions, matched by their module. Each record
-    is ``{"file", "sha256"}`` for a file and ``{"module", "sha256"}`` for a module, so a run
-    that used a plugin records which code it ran and one that did not records nothing.
+    ``selector``, ``dataset``, ``model`` and ``partition`` are registered names (others are
+    ignored); ``federation``, a :func:`~fedselect.data.make_federation` mapping, gives its
+    ``dataset`` and ``partition`` names the same way; ``objects`` are classes, instances or
+    functions, matched by their module. Each record is ``{"file", "sha256"}`` for a file and
+    ``{"module", "sha256"}`` for a module, so a run that used a plugin records which code it
+    ran and one that did not records nothing. A preset is not code: a run records the
+    settings it took from one, and the plugins that provide what those settings name.
     """
     if not _user_plugins:
         return []
+    if isinstance(federation, Mapping):
+        dataset = federation.get("dataset", dataset)
+        partition = federation.get("partition", partition)
     names: set[str] = set()
-    for kind, key in (("selectors", selector), ("datasets", dataset), ("models", model)):
+    for kind, key in (("selectors", selector), ("datasets", dataset), ("models", model), ("partitions", partition)):
         if isinstance(key, str):
             entry = registry(kind).get(key)
             if entry is not None:
@@ -582,8 +677,9 @@ class SelectorSpec:
         try:
             return self.cls(**self.params)
         except TypeError as exc:
-            raise TypeError(f"selector {self.display!r} ({self.cls.__name__}) does not accept these parameters: "
-                            f"{exc}") from exc
+            raise TypeError(
+                f"selector {self.display!r} ({self.cls.__name__}) does not accept these parameters: {exc}"
+            ) from exc
 
     @property
     def display(self) -> str:
@@ -624,8 +720,10 @@ class SelectorSpec:
         """
         if self.name is not None:
             return {"selector": self.name, "params": _with_recorded_defaults(self.cls, self.params)}
-        return {"selector": f"{self.cls.__module__}:{self.cls.__qualname__}",
-                "params": _json_safe(self.build().identifying_params())}
+        return {
+            "selector": f"{self.cls.__module__}:{self.cls.__qualname__}",
+            "params": _json_safe(self.build().identifying_params()),
+        }
 
 
 def _recorded_defaults(cls: type) -> dict[str, tuple[Any, ...]]:
@@ -660,8 +758,9 @@ def _init_params(cls: type) -> list[str] | None:
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    return sorted(p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY,
-                                                        inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    return sorted(
+        p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
 
 
 def _param_defaults(cls: type) -> dict[str, Any]:
@@ -678,8 +777,10 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-_SELECTOR_FORMS_HELP = ("a registered name (e.g. 'random'), a (name, params) pair, a BaseSelector instance, "
-                        "a BaseSelector subclass or a (class, params) pair")
+_SELECTOR_FORMS_HELP = (
+    "a registered name (e.g. 'random'), a (name, params) pair, a BaseSelector instance, "
+    "a BaseSelector subclass or a (class, params) pair"
+)
 
 
 def _check_param_names(cls: type, params: Mapping[str, Any], shown: str) -> None:

@@ -1,6 +1,9 @@
 """Named experiment settings: a federation, a trainer configuration, the schemes and seeds to compare.
 
-``fedselect reproduce <preset>`` and ``fedselect compare --preset <preset>`` run them.
+``fedselect reproduce <preset>`` and ``fedselect compare --preset <preset>`` run them. The
+built-in presets (:data:`PRESETS`) register through the
+:func:`~fedselect.hookspecs.register_presets` hook, as a plugin's do, so a plugin scheme can
+ship its paper's setting; :func:`get_preset` and :func:`list_presets` read that registry.
 The papers' presets carry the papers' settings (each paper's text and appendix); where the
 official code differs from the paper's text, the preset follows
 the code that produced the paper's tables and says so in ``notes``.
@@ -8,10 +11,14 @@ the code that produced the paper's tables and says so in ``notes``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from numbers import Integral, Real
 from typing import Any
 
-__all__ = ["PRESETS", "Preset", "get_preset", "list_presets"]
+from .hookspecs import hookimpl
+
+__all__ = ["PRESETS", "Preset", "check_preset", "get_preset", "list_presets"]
 
 # The official FedCor code of July 2022 (commit 8ce23fb) in the parameters where it differs from the paper's
 # reading; a copy of fedselect.selectors.fedcor.CODE_2022 (this module imports no selector), checked equal by
@@ -29,9 +36,12 @@ class Preset:
     name : str
     description : str
     federation : dict
-        Keyword arguments of :func:`fedselect.data.make_federation` (``dataset`` included).
+        Keyword arguments of :func:`fedselect.data.make_federation` (``dataset`` included;
+        without ``random_state``, which is each run's seed). What it leaves out runs at
+        ``make_federation``'s defaults.
     trainer : dict
-        Keyword arguments of :class:`fedselect.FederatedTrainer` (without ``selector``).
+        Keyword arguments of :class:`fedselect.FederatedTrainer` (without ``selector`` and
+        ``random_state``). What it leaves out runs at the trainer's defaults.
     selectors : dict
         Row label -> ``(registered name, parameters)``.
     seeds : tuple of int
@@ -129,7 +139,7 @@ PRESETS: dict[str, Preset] = {
         # which takes 7 seeds that all agree; 8 leave room for one seed that disagrees by little.
         seeds=tuple(range(8)),
         target=0.8,
-        notes="How the setting was chosen, with what was tried: benchmarks/results/first-comparison.md.",
+        notes="How the setting was chosen, with what was tried: benchmarks/studies/first-comparison.md.",
     ),
     "digits-quick": Preset(
         name="digits-quick",
@@ -264,7 +274,8 @@ PRESETS: dict[str, Preset] = {
             notes="Our choice (no CIFAR-10 here): Fashion-MNIST + FedCor's 784-64-30-10 MLP (no dropout) in place of "
             "CIFAR-10 + CNN, 1 local epoch, lr 0.01, 3 seeds (the paper: one run per cell). FedAvg data-size "
             "aggregation (the paper's Algorithm 1 averages uniformly). LDCS trains all 10 clients in round 0. "
-            "The table to read is benchmarks/ldcs_table.py's: convergent round (accuracy within 1 point over 10 "
+            "The table to read is benchmarks/reproductions/ldcs/ldcs_table.py's: convergent round (accuracy "
+            "within 1 point over 10 "
             "rounds to the end) and accuracy at round 100.",
         )
         for k in (7, 8, 9)
@@ -379,35 +390,14 @@ HCSFED_CALIBRATION: dict[str, dict[str, Any]] = {
 def _hcsfed_calibrated(base: Preset) -> Preset:
     """``base`` (an ``hcsfed-fmnist-q<q>`` preset) in the shared setting calibrated to the paper's Random row.
 
-    HCSFed's Table 1 (Song et al.) reports for FMNIST that random sampling does not reach 80 % test accuracy
-    in 200 rounds at q = 0.1 and 0.3 ("200+", the table's caption: not reached after 200 rounds) and needs 158
-    rounds at q = 0.5. In the base presets' setting it needs far fewer at every q, so their table cannot show
-    the differences the paper claims. The calibration changes only what every scheme shares
-    (:data:`HCSFED_CALIBRATION`); the rows, their selectors and every selector parameter, the seeds, the
-    target, the aggregation and the stopping rule are the base preset's.
-
-    How it was chosen, with random sampling alone (the numbers are in
-    ``benchmarks/results/hcsfed-calibrated/CALIBRATION.md``):
-
-    1. The paper's stated hyper-parameters are kept: 50 local SGD steps of batch 50 (Table 1 and the Fig. 3
-       caption). What it leaves open is searched, toward what it does state.
-    2. Partition. The paper's Fig. 3 runs MNIST and FMNIST with the same steps, batch and learning rate at
-       Dirichlet alpha in {0.01, 0.001}, and its wording ("Dir(alpha) gives to each client the respective
-       partitioning across labels") is a per-client label mixture. Hsu et al.'s per-class split
-       (``partition="dirichlet"``) cannot give each of 100 FMNIST clients 10 samples at alpha = 0.05 or below,
-       so the per-client reading is ``partition="dirichlet-qp"``: client k's label proportions
-       q_k ~ Dir(alpha p), p the class proportions (FMNIST's ten classes are balanced, so Dir(alpha / 10) per
-       class), client sizes from FedCor's quadratic programme. Its ``alpha=0.1`` is the paper's 0.01 and
-       ``alpha=0.01`` the paper's 0.001; the latter was the slower for random sampling and is kept.
-    3. Learning rate. The paper's lr 0.01 is for inputs whose scale it does not give. Ours are standardised
-       with one mean m and standard deviation s = 0.3081 (MNIST's): for a linear model, SGD with rate eta on
-       (x - m) / s moves the weights on x as SGD with rate eta / s^2 = 10.5 eta on centred x would. The
-       paper's lr 0.01 on [0, 1] pixels is therefore lr ~ 0.001 here. The candidates halve lr from 0.01
-       toward that value (0.01, 0.005, 0.0025, 0.001); the one kept has the smallest total relative miss of
-       the three cells of the Random row (a "200+" cell counts max(0, 200 - R) / 200, the 158 cell
-       |R - 158| / 158, R random sampling's mean rounds to 80 %), and it is the paper-equivalent 0.001.
-       Fewer local steps (25) were tried as the other knob and moved less.
-    4. ``rounds``: room for random sampling to reach 80 % at q = 0.1 on seeds slower than the search's.
+    HCSFed's Table 1 (Song et al.) has random sampling miss 80 % test accuracy within 200 rounds at q = 0.1 and
+    0.3 and need 158 rounds at q = 0.5; in the base presets' setting it needs far fewer. The calibration changes
+    only what every scheme shares (:data:`HCSFED_CALIBRATION`: the partition, the learning rate, the round cap);
+    the rows, their selectors and every selector parameter, the seeds, the target, the aggregation and the
+    stopping rule are the base preset's. How it was chosen, with random sampling alone (the rules, the
+    criterion, every candidate and its result, why these axes):
+    ``benchmarks/reproductions/hcsfed/calibrated/CALIBRATION.md``, the last section of the calibrated HCSFed
+    report on the documentation's Reproductions page.
 
     Parameters
     ----------
@@ -436,7 +426,7 @@ def _hcsfed_calibrated(base: Preset) -> Preset:
         f"dirichlet-qp alpha = {fed['alpha']:g} in place of dirichlet alpha = {base.federation['alpha']:g}, lr "
         f"{trainer['lr']:g} in place of {base.trainer['lr']:g}, at most {trainer['rounds']} rounds in place of "
         f"{base.trainer['rounds']}), calibrated with random sampling alone to the paper's Random row (see "
-        "fedselect.presets._hcsfed_calibrated and benchmarks/results/hcsfed-calibrated/CALIBRATION.md). "
+        "fedselect.presets._hcsfed_calibrated and benchmarks/reproductions/hcsfed/calibrated/CALIBRATION.md). "
         f"{base.name}'s notes, whose partition and lr these replace: " + base.notes,
     )
 
@@ -486,7 +476,8 @@ def _hcsfed_readings(calibrated: Preset) -> Preset:
         "Every row: H = 5, R = 5 %, grouping compressor, one k-means run from H random clients (Algorithm 1), "
         "systematic rounding of the shares (the paper does not say how shares are rounded). The baselines are the "
         f"calibrated table's ({calibrated.name}, whose notes give the setting); write these runs in "
-        "benchmarks/results/hcsfed-calibrated/variants/q<q>, which benchmarks/hcsfed_report.py reads and sets "
+        "benchmarks/reproductions/hcsfed/calibrated/variants/q<q>, which "
+        "benchmarks/reproductions/hcsfed/hcsfed_report.py reads and sets "
         "beside that table's rows of the same seeds.",
     )
 
@@ -496,13 +487,68 @@ PRESETS.update({name.replace("-calibrated", "-readings"): _hcsfed_readings(PRESE
                              "hcsfed-fmnist-q0.5-calibrated")})
 
 
+@hookimpl
+def register_presets(register: Callable[..., Any]) -> None:
+    """The built-in presets, registered through the hook plugins use."""
+    for preset in PRESETS.values():
+        register(preset)
+
+
+def check_preset(preset: Preset) -> None:
+    """Check the shape of ``preset``: what is checkable without loading data or building a selector.
+
+    The trainer's keys must be :class:`~fedselect.FederatedTrainer` parameters (not ``selector``
+    or ``random_state``: a comparison sets those per row and seed), the federation's must not set
+    ``random_state``, every row must be ``(registered name, parameters)`` and the seeds distinct
+    non-negative integers. Parameter values are checked when a comparison starts (before any
+    training), with the messages of the classes that own them.
+
+    Raises
+    ------
+    TypeError, ValueError
+        What is wrong, naming the field.
+    """
+    import inspect
+
+    from .simulation.trainer import FederatedTrainer
+
+    if not isinstance(preset.name, str) or not preset.name or preset.name != preset.name.strip():
+        raise ValueError(f"name must be a non-empty string without surrounding spaces, got {preset.name!r}")
+    if preset.name == "none":
+        raise ValueError("the name 'none' is reserved: `--preset none` means no preset")
+    for what in ("federation", "trainer", "selectors", "paper"):
+        if not isinstance(getattr(preset, what), Mapping):
+            raise TypeError(f"{what} must be a mapping, got {type(getattr(preset, what)).__name__}")
+    accepted = set(inspect.signature(FederatedTrainer.__init__).parameters) - {"self", "selector", "random_state"}
+    unknown = sorted(set(preset.trainer) - accepted)
+    if unknown:
+        raise ValueError(f"trainer sets {', '.join(map(repr, unknown))}, which FederatedTrainer does not take "
+                         "(selector and random_state are set per row and seed)")
+    if "random_state" in preset.federation:
+        raise ValueError("federation sets random_state, which is each run's seed")
+    if not preset.selectors:
+        raise ValueError("selectors is empty; a preset compares at least one scheme")
+    for label, row in preset.selectors.items():
+        if not (isinstance(label, str) and isinstance(row, tuple | list) and len(row) == 2
+                and isinstance(row[0], str) and isinstance(row[1], Mapping)):
+            raise TypeError(f"selectors[{label!r}] must be (registered name, parameters), got {row!r:.80}")
+    seeds = tuple(preset.seeds)
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, Integral) or s < 0 for s in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct integers >= 0, got {preset.seeds!r}")
+    if isinstance(preset.target, bool) or not isinstance(preset.target, Real) or not 0 < preset.target <= 1:
+        raise ValueError(f"target must be a test accuracy in (0, 1], got {preset.target!r}")
+
+
 def list_presets() -> list[str]:
-    """Names of the built-in presets."""
-    return sorted(PRESETS)
+    """Names of every registered preset, built-in and from plugins, sorted."""
+    from .plugins import list_presets as _list
+
+    return _list()
 
 
 def get_preset(name: str) -> Preset:
-    """The preset called ``name``; a KeyError lists the known ones."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; known presets: {', '.join(list_presets())}")
-    return PRESETS[name]
+    """The preset registered as ``name``, built-in or from a plugin; a KeyError lists the known ones."""
+    from .plugins import _lookup
+
+    return _lookup("presets", name).obj

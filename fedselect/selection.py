@@ -339,6 +339,9 @@ class Selection:
         return f"Selection(clients={self.clients.tolist()}{w})"
 
 
+_FEEDBACK_ARRAYS = ("clients", "weights", "losses", "n_samples", "updates", "global_before", "global_after")
+
+
 @dataclass(frozen=True, eq=False)
 class RoundFeedback:
     """What training the chosen clients produced, as a real server would receive it.
@@ -364,6 +367,19 @@ class RoundFeedback:
     global_before, global_after : ndarray of float32, shape (D,), or None
         The flattened global model before and after aggregation; present only when the
         selector's ``needs`` has ``"global"``.
+    durations : ndarray of float, or None
+        Seconds each reporter took in this round as the server observed it (model sent to
+        update received); present only when ``needs`` has ``"durations"`` and the runtime
+        keeps a clock. Free: the server measures it.
+    sample_loss_sq : ndarray of float, or None
+        Each reporter's mean, over every sample of its local training in this round, of the
+        squared per-sample training loss (Oort's statistical utility is
+        ``|B_i| * sqrt(sample_loss_sq)``); present only when ``needs`` has ``"sample_losses"``.
+        One scalar up per reporter, sent with its update.
+
+    Notes
+    -----
+    ``durations`` and ``sample_loss_sq`` hold one finite value >= 0 per reporter.
     """
 
     round: int
@@ -374,9 +390,24 @@ class RoundFeedback:
     updates: np.ndarray | None = None
     global_before: np.ndarray | None = None
     global_after: np.ndarray | None = None
+    durations: np.ndarray | None = None
+    sample_loss_sq: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for name in ("clients", "weights", "losses", "n_samples", "updates", "global_before", "global_after"):
+        for name in ("durations", "sample_loss_sq"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    arr = np.asarray(value, dtype=np.float64)
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"RoundFeedback.{name} must be numbers: {exc}") from exc
+                if arr.ndim != 1 or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                    raise ValueError(
+                        f"RoundFeedback.{name} must be a 1-D array of finite numbers >= 0, one per reporter; "
+                        f"got shape {arr.shape}, values {arr.ravel()[:5].tolist()}"
+                    )
+                object.__setattr__(self, name, arr)
+        for name in (*_FEEDBACK_ARRAYS, "durations", "sample_loss_sq"):
             value = getattr(self, name)
             if value is not None:
                 arr = np.array(value, copy=True)
@@ -388,6 +419,10 @@ class RoundFeedback:
                 raise ValueError(f"RoundFeedback.{name} has {getattr(self, name).shape[0]} entries for {k} clients")
         if self.updates is not None and self.updates.shape[0] != k:
             raise ValueError(f"RoundFeedback.updates has {self.updates.shape[0]} rows for {k} clients")
+        for name in ("durations", "sample_loss_sq"):
+            value = getattr(self, name)
+            if value is not None and value.shape[0] != k:
+                raise ValueError(f"RoundFeedback.{name} has {value.shape[0]} entries for {k} clients")
 
 
 class ClientOracle(abc.ABC):
@@ -470,7 +505,11 @@ class BaseSelector(BaseEstimator):
     ----------
     needs : frozenset of str
         What :class:`RoundFeedback` must carry: ``"updates"`` (per-client deltas),
-        ``"global"`` (the global model before and after aggregation).
+        ``"global"`` (the global model before and after aggregation), ``"durations"``
+        (each reporter's observed seconds, free; only a runtime with a clock has them) and
+        ``"sample_losses"`` (each reporter's mean squared per-sample training loss, one
+        scalar up per reporter). A runtime that cannot supply a field leaves it None, so a
+        selector that asks for one must still work without it.
     variable_size : bool
         True if :meth:`select` may return other than exactly ``n`` distinct clients.
         A subclass whose size depends on a parameter may override it with a read-only
@@ -485,28 +524,20 @@ class BaseSelector(BaseEstimator):
     variable_size: ClassVar[bool] = False
     diagnostics: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, Any]] = {"random_state": ["random_state"]}
-    # Parameters added after runs had been recorded, with the default that reproduces those runs: at that
-    # default they are left out of what identifies a run (trainer checkpoints, a comparison's saved settings
-    # of a class or instance), so checkpoints and comparisons written before the parameter existed resume.
-    _params_added_later: ClassVar[dict[str, Any]] = {}
-
-    @classmethod
-    def _later_defaults(cls) -> dict[str, Any]:
-        later: dict[str, Any] = {}
-        for klass in reversed(cls.__mro__):
-            later.update(klass.__dict__.get("_params_added_later", {}))
-        return later
 
     def identifying_params(self) -> dict[str, Any]:
-        """``get_params(deep=False)`` without the later-added parameters that are at their original default."""
-        later = self._later_defaults()
-        return {k: v for k, v in self.get_params(deep=False).items()
-                if not (k in later and isinstance(v, type(later[k])) and v == later[k])}
+        """``get_params(deep=False)`` without the parameters added after runs were recorded that are at their
+        original default (the table is :data:`fedselect.experiments.provenance.ADDED_LATER`)."""
+        from .experiments.provenance import identifying_params
+
+        return identifying_params(self)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # A selector pickled (e.g. in a checkpoint) before a parameter existed gets that parameter's original
         # default, which is what it ran with.
-        for k, v in self._later_defaults().items():
+        from .experiments.provenance import later_defaults
+
+        for k, v in later_defaults(type(self)).items():
             state.setdefault(k, v)
         super().__setstate__(state)
 

@@ -8,19 +8,36 @@ import pytest
 
 from fedselect.cli import main, parse_selector_spec
 
-SMALL = ["--n-clients", "8", "--clients-per-round", "2", "--rounds", "4", "--model", "logistic",
-         "--local-steps", "2", "--no-progress"]
+SMALL = [
+    "--n-clients",
+    "8",
+    "--clients-per-round",
+    "2",
+    "--rounds",
+    "4",
+    "--model",
+    "logistic",
+    "--local-steps",
+    "2",
+    "--no-progress",
+]
 
 
 def test_parse_selector_spec():
     assert parse_selector_spec("random") == ("random", "random", {})
     # a label may hold "=": the name follows the last "=" before the parameters
     assert parse_selector_spec("HCSFed (weighting=paper)=hcsfed:weighting=paper") == (
-        "HCSFed (weighting=paper)", "hcsfed", {"weighting": "paper"})
+        "HCSFed (weighting=paper)",
+        "hcsfed",
+        {"weighting": "paper"},
+    )
     assert parse_selector_spec("a=b=random") == ("a=b", "random", {})
     assert parse_selector_spec("power-of-choice:d=6") == ("power-of-choice(d=6)", "power-of-choice", {"d": 6})
     assert parse_selector_spec("pow=power-of-choice:d=6,random_state=1") == (
-        "pow", "power-of-choice", {"d": 6, "random_state": 1})
+        "pow",
+        "power-of-choice",
+        {"d": 6, "random_state": 1},
+    )
 
 
 def test_help_explains(capsys):
@@ -34,8 +51,16 @@ def test_help_explains(capsys):
 def test_list_shows_selectors_datasets_presets(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    for name in ("random", "power-of-choice", "afl", "round-robin", "data-size", "digits", "fmnist",
-                 "fedcor-fmnist-2spc"):
+    for name in (
+        "random",
+        "power-of-choice",
+        "afl",
+        "round-robin",
+        "data-size",
+        "digits",
+        "fmnist",
+        "fedcor-fmnist-2spc",
+    ):
         assert name in out
 
 
@@ -48,13 +73,37 @@ def test_run_writes_history(tmp_path, capsys):
 
 
 def test_compare_writes_table_curves_and_resumes(tmp_path, capsys):
-    args = ["compare", "--selectors", "random", "pow=power-of-choice:d=4", "--seeds", "0", "1",
-            "--out", str(tmp_path), "--target", "0.3", *SMALL]
+    args = [
+        "compare",
+        "--selectors",
+        "random",
+        "pow=power-of-choice:d=4",
+        "--seeds",
+        "0",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--target",
+        "0.3",
+        *SMALL,
+    ]
     assert main(args) == 0
     out = capsys.readouterr()
     table = out.out.split("\n\n")[0].splitlines()  # the terminal table: aligned columns, short headers
-    assert table[0].split() == ["scheme", "rounds", "to", "30%", "reached", "final", "best", "Mfloats", "down",
-                                "losses", "trainings", "s/run"]
+    assert table[0].split() == [
+        "scheme",
+        "rounds",
+        "to",
+        "30%",
+        "reached",
+        "final",
+        "best",
+        "Mfloats",
+        "down",
+        "losses",
+        "trainings",
+        "s/run",
+    ]
     assert sorted(line.split()[0] for line in table[1:]) == ["pow", "random"]
     assert len({len(line) for line in table}) == 1 and max(map(len, table)) <= 100  # aligned, and it fits
     assert "| random |" in (tmp_path / "table.md").read_text()  # the file keeps the Markdown with long headers
@@ -63,8 +112,14 @@ def test_compare_writes_table_curves_and_resumes(tmp_path, capsys):
     saved = json.loads((tmp_path / "runs" / "pow__seed1.json").read_text())
     assert saved["command"] and saved["commit"] and saved["seed"] == 1
     assert saved["machine"]["cpu"] and saved["machine"]["torch"]  # where it ran: results can differ across CPUs
-    for f in ("table.md", "summary.json", "results.csv", "accuracy.png", "selection_frequency.png",
-              "communication.png"):
+    for f in (
+        "table.md",
+        "summary.json",
+        "results.csv",
+        "accuracy.png",
+        "selection_frequency.png",
+        "communication.png",
+    ):
         assert (tmp_path / f).stat().st_size > 0
     # a rerun loads every finished run instead of training again
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").iterdir()}
@@ -85,8 +140,23 @@ def test_unknown_selector_is_a_clear_error(tmp_path, capsys):
 
 
 def test_compare_paired_against_a_reference(tmp_path, capsys):
-    args = ["compare", "--selectors", "random", "pow=power-of-choice:d=4", "--seeds", "0", "1", "2",
-            "--out", str(tmp_path), "--target", "0.3", "--paired", "pow", *SMALL]
+    args = [
+        "compare",
+        "--selectors",
+        "random",
+        "pow=power-of-choice:d=4",
+        "--seeds",
+        "0",
+        "1",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--target",
+        "0.3",
+        "--paired",
+        "pow",
+        *SMALL,
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "paired by seed against pow" in out and "| random | 3 |" in out
@@ -94,17 +164,39 @@ def test_compare_paired_against_a_reference(tmp_path, capsys):
 
 
 def test_compare_paired_label_must_be_compared(tmp_path, capsys):
-    assert main(["compare", "--selectors", "random", "--seeds", "0", "--out", str(tmp_path), "--paired", "fedcor",
-                 *SMALL]) == 2
+    assert (
+        main(["compare", "--selectors", "random", "--seeds", "0", "--out", str(tmp_path), "--paired", "fedcor", *SMALL])
+        == 2
+    )
     assert "fedselect: error: --paired 'fedcor' is not one of the schemes compared: random" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()  # refused before any training
 
 
 def test_compare_with_client_dropout(tmp_path, capsys):
     out = tmp_path / "drop"
-    args = ["compare", "--selectors", "random", "round-robin", "--seeds", "0", "--out", str(out), "--dropout", "0.4",
-            "--n-clients", "10", "--clients-per-round", "10", "--rounds", "5", "--model", "logistic",
-            "--local-steps", "1", "--no-progress"]
+    args = [
+        "compare",
+        "--selectors",
+        "random",
+        "round-robin",
+        "--seeds",
+        "0",
+        "--out",
+        str(out),
+        "--dropout",
+        "0.4",
+        "--n-clients",
+        "10",
+        "--clients-per-round",
+        "10",
+        "--rounds",
+        "5",
+        "--model",
+        "logistic",
+        "--local-steps",
+        "1",
+        "--no-progress",
+    ]
     assert main(args) == 0
     runs = {p.name: json.loads(p.read_text()) for p in (out / "runs").glob("*.json")}
     failed = {name: [r["failed"] for r in d["history"]["rounds"]] for name, d in runs.items()}
@@ -171,8 +263,25 @@ def test_compare_prints_the_paired_verdict_against_random_by_default(tmp_path, c
 
 
 def test_paired_and_no_paired_together_are_refused(tmp_path, capsys):
-    assert main(["compare", "--selectors", "random", "afl", "--seeds", "0", "--paired", "afl", "--no-paired",
-                 "--out", str(tmp_path), *SMALL]) == 2
+    assert (
+        main(
+            [
+                "compare",
+                "--selectors",
+                "random",
+                "afl",
+                "--seeds",
+                "0",
+                "--paired",
+                "afl",
+                "--no-paired",
+                "--out",
+                str(tmp_path),
+                *SMALL,
+            ]
+        )
+        == 2
+    )
     assert "--paired 'afl' and --no-paired contradict each other" in capsys.readouterr().err
 
 
@@ -190,3 +299,95 @@ def test_momentum_out_of_range_is_refused_before_training(tmp_path, capsys):
     assert main(["run", "--selector", "random", "--momentum", "1.5", *SMALL]) != 0
     err = capsys.readouterr().err
     assert "momentum" in err
+
+
+_PARTITION_PLUGIN = '''
+import numpy as np
+from fedselect import hookimpl
+
+
+def stripes(y, n_clients, *, stripe=1, random_state=None):
+    """Client k gets every n-th run of `stripe` samples."""
+    idx = np.arange(len(y))
+    return [idx[(idx // stripe) % n_clients == k] for k in range(n_clients)]
+
+
+@hookimpl
+def register_partitions(register):
+    register(stripes, name="test-stripes")
+'''
+
+
+def test_a_partition_from_a_plugin_file_brings_its_parameters_as_options(tmp_path, capsys):
+    import sys
+
+    from fedselect import plugins
+
+    path = tmp_path / "stripes_plugin.py"
+    path.write_text(_PARTITION_PLUGIN)
+    out = tmp_path / "h.json"
+    try:
+        assert (
+            main(
+                [
+                    "run",
+                    "--plugin",
+                    str(path),
+                    "--partition",
+                    "test-stripes",
+                    "--stripe",
+                    "3",
+                    "--out",
+                    str(out),
+                    *SMALL,
+                ]
+            )
+            == 0
+        ), capsys.readouterr().err
+        assert "test-stripes(stripe=3)" in capsys.readouterr().err  # the federation's summary
+        assert "--stripe" in build_flags("run")
+    finally:
+        label = f"file {path.resolve()}"
+        if plugins.pm.get_plugin(label) is not None:
+            plugins.pm.unregister(name=label)
+        plugins._user_plugins.pop(label, None)
+        sys.modules.pop("stripes_plugin", None)
+    assert "--stripe" not in build_flags("run")  # the option exists while the plugin does
+
+
+def build_flags(command):
+    from fedselect.cli import build_parser
+
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    return [flag for action in sub._actions for flag in action.option_strings]
+
+
+def test_preset_none_is_pythons_defaults_and_needs_selectors(tmp_path, capsys):
+    assert main(["compare", "--preset", "none", "--out", str(tmp_path), *SMALL]) == 2
+    assert "--preset none names no schemes; give --selectors" in capsys.readouterr().err
+    assert main(["reproduce", "none"]) == 2
+    assert "reproduce needs a preset" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "compare",
+                "--preset",
+                "none",
+                "--selectors",
+                "random",
+                "--seeds",
+                "0",
+                "--target",
+                "0.3",
+                "--out",
+                str(tmp_path / "c"),
+                *SMALL,
+            ]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    saved = json.loads((tmp_path / "c" / "runs" / "random__seed0.json").read_text())
+    # nothing but what the command line said (and its one default of its own, n_threads=1)
+    assert saved["settings"]["federation"] == {"n_clients": 8}
+    assert "each run, in Python: FederatedTrainer(selector=<scheme>, " in err and "make_federation(n_clients=8, " in err

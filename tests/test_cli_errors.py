@@ -15,8 +15,19 @@ from fedselect.simulation.trainer import FederatedTrainer
 
 from .data.test_datasets import write_idx, write_idx_dataset
 
-SMALL = ["--n-clients", "8", "--clients-per-round", "2", "--rounds", "2", "--model", "logistic",
-         "--local-steps", "1", "--no-progress"]
+SMALL = [
+    "--n-clients",
+    "8",
+    "--clients-per-round",
+    "2",
+    "--rounds",
+    "2",
+    "--model",
+    "logistic",
+    "--local-steps",
+    "1",
+    "--no-progress",
+]
 
 
 @pytest.fixture
@@ -82,6 +93,10 @@ CASES = [
     (["run", "--prox-mu", "-0.5"], "parameter prox_mu=-0.5", True),
     (["run", "--target", "1.5"], "parameter target_accuracy=1.5", True),
     (["run", "--target", "0"], "parameter target_accuracy=0.0", True),
+    (["run", "--divergence", "0.5"], "parameter divergence=0.5", True),
+    (["run", "--local-steps", "1", "--local-epochs", "1"], "set local_steps or local_epochs, not both", True),
+    (["run", "--lr-schedule", "150=-1"], "lr_schedule", True),
+    (["run", "--model-params", "depth=3"], "depth", True),
     (["run", "--model", "no-such-model"], "no-such-model", True),
     (["run", "--preset", "no-such-preset"], "no-such-preset", True),
     # the federation and its data
@@ -94,10 +109,16 @@ CASES = [
     (["run", "--holdout", "-0.1"], "parameter holdout=-0.1", True),
     (["run", "--dataset", "no-such-data"], "no-such-data", True),
     (["run", "--dataset", "mnist", "--data-dir", "{dir}"], "FileNotFoundError", True),
-    (["run", "--dataset", "mnist", "--data-dir", "{bad-label}"], "train-labels-idx1-ubyte: 1 label(s) outside 0..9",
-     True),
-    (["run", "--dataset", "mnist", "--data-dir", "{truncated}"], "train-images-idx3-ubyte.gz: corrupted or truncated",
-     True),
+    (
+        ["run", "--dataset", "mnist", "--data-dir", "{bad-label}"],
+        "train-labels-idx1-ubyte: 1 label(s) outside 0..9",
+        True,
+    ),
+    (
+        ["run", "--dataset", "mnist", "--data-dir", "{truncated}"],
+        "train-images-idx3-ubyte.gz: corrupted or truncated",
+        True,
+    ),
     # output
     (["run", "--out", "{file}/h.json"], "does not exist", True),
     (["run", "--out", "{dir}"], "is a directory", True),
@@ -105,16 +126,31 @@ CASES = [
     # comparisons
     (["compare", "--selectors", "random", "--seeds", "0", "0", "--out", "{tmp}/c"], "repeat [0]", True),
     (["compare", "--selectors", "random", "--seeds", "-1", "--out", "{tmp}/c"], "seed -1 is invalid", True),
-    (["compare", "--selectors", "p q=random", "p-q=random", "--seeds", "0", "--out", "{tmp}/c"],
-     "labels 'p q' and 'p-q' would both be saved as runs/p-q__seed<k>.json", True),
-    (["compare", "--selectors", "random", "power-of-choice:d=0", "--seeds", "0", "--out", "{tmp}/c"],
-     "scheme 'power-of-choice(d=0)': PowerOfChoiceSelector: parameter d=0", True),
-    (["compare", "--selectors", "random", "fedcor:gp_lr=2", "--seeds", "0", "--out", "{tmp}/c"],
-     "parameter gp_lr=2", True),
-    (["compare", "--selectors", "random", "--seeds", "0", "--threads", "0", "--out", "{tmp}/c"],
-     "parameter n_threads=0", True),
-    (["compare", "--selectors", "random", "--seeds", "0", "--paired", "nope", "--out", "{tmp}/c"],
-     "--paired 'nope' is not one of the schemes compared", True),
+    (
+        ["compare", "--selectors", "p q=random", "p-q=random", "--seeds", "0", "--out", "{tmp}/c"],
+        "labels 'p q' and 'p-q' would both be saved as runs/p-q__seed<k>.json",
+        True,
+    ),
+    (
+        ["compare", "--selectors", "random", "power-of-choice:d=0", "--seeds", "0", "--out", "{tmp}/c"],
+        "scheme 'power-of-choice(d=0)': PowerOfChoiceSelector: parameter d=0",
+        True,
+    ),
+    (
+        ["compare", "--selectors", "random", "fedcor:gp_lr=2", "--seeds", "0", "--out", "{tmp}/c"],
+        "parameter gp_lr=2",
+        True,
+    ),
+    (
+        ["compare", "--selectors", "random", "--seeds", "0", "--threads", "0", "--out", "{tmp}/c"],
+        "parameter n_threads=0",
+        True,
+    ),
+    (
+        ["compare", "--selectors", "random", "--seeds", "0", "--paired", "nope", "--out", "{tmp}/c"],
+        "--paired 'nope' is not one of the schemes compared",
+        True,
+    ),
     (["compare", "--selectors", "random", "--seeds", "0", "--lr", "0", "--out", "{tmp}/c"], "parameter lr=0.0", True),
     (["reproduce", "no-such-preset"], "no-such-preset", True),
 ]
@@ -122,6 +158,9 @@ CASES = [
 ARGPARSE_CASES = [
     ["run", "--rounds", "abc"],
     ["run", "--aggregation", "median"],
+    ["run", "--loss", "hinge"],
+    ["run", "--model-params", "dropout"],
+    ["run", "--no-such-option", "1"],
     ["compare", "--seeds", "x"],
     ["no-such-command"],
 ]
@@ -138,6 +177,7 @@ def _ids(case):
 @pytest.mark.parametrize("args, expected, before_training", CASES, ids=[_ids(c) for c in CASES])
 def test_invalid_input_is_one_line_and_status_2(args, expected, before_training, data, capsys, monkeypatch):
     if before_training:
+
         def no_training(*a, **k):
             raise AssertionError("a round was trained before the input was checked")
 
@@ -163,7 +203,7 @@ def _merge(argv):
         opt = SMALL[i]
         takes_value = i + 1 < len(SMALL) and not SMALL[i + 1].startswith("--")
         if opt not in out:
-            out += SMALL[i:i + 2] if takes_value else [opt]
+            out += SMALL[i : i + 2] if takes_value else [opt]
         i += 2 if takes_value else 1
     return out
 
@@ -217,3 +257,27 @@ def test_count_of_invalid_inputs():
     # reported in the closing note: invalid CLI inputs exercised here
     assert len(CASES) + len(ARGPARSE_CASES) >= 60
     assert np.all([isinstance(c[1], str) and c[1] for c in CASES])
+
+
+def test_a_broken_installed_plugin_leaves_help_working_and_commands_name_it(monkeypatch, capsys):
+    import types
+
+    from fedselect import plugins
+
+    class _Broken:
+        name = "broken"
+        value = "fedselect_broken"
+        dist = types.SimpleNamespace(name="fedselect-broken")
+
+        def load(self):
+            raise ImportError("No module named 'fedselect_broken'")
+
+    monkeypatch.setattr(plugins, "_entry_points", lambda: [_Broken()])
+    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.delenv("FEDSELECT_PLUGINS", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(["compare", "--help"])
+    assert info.value.code == 0 and "--shards-per-client" in capsys.readouterr().out
+    assert main(["reproduce", "digits-skew", "--seeds", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'broken' from distribution 'fedselect-broken' failed to load" in err[0]

@@ -34,8 +34,14 @@ def test_cli_reference_lists_every_option_of_every_subcommand_with_its_default()
     assert set(subparsers.choices) >= {"list", "run", "compare", "reproduce"}
     for cmd, sub in subparsers.choices.items():
         start = text.index(f"\nfedselect {cmd}\n")
-        end = min((text.index(f"\nfedselect {other}\n") for other in subparsers.choices
-                   if text.index(f"\nfedselect {other}\n") > start), default=len(text))
+        end = min(
+            (
+                text.index(f"\nfedselect {other}\n")
+                for other in subparsers.choices
+                if text.index(f"\nfedselect {other}\n") > start
+            ),
+            default=len(text),
+        )
         section = text[start:end]
         for action in sub._actions:
             for flag in action.option_strings:
@@ -82,8 +88,10 @@ def test_every_installed_builtin_selector_has_a_scheme_page():
             assert f"{cls.__module__}.{cls.__qualname__}" in documented, f"{name}: no page in docs/selectors"
 
 
-@pytest.mark.skipif(not any(shutil.which(b) for b in ("chromium", "chromium-browser")),
-                    reason="needs chromium (apt-get install chromium)")
+@pytest.mark.skipif(
+    not any(shutil.which(b) for b in ("chromium", "chromium-browser")),
+    reason="needs chromium (apt-get install chromium)",
+)
 def test_check_rendered_reports_each_kind_of_problem_and_passes_a_clean_page(tmp_path):
     check = _load_check_rendered()
     browser = check.find_browser(None)
@@ -98,8 +106,87 @@ def test_check_rendered_reports_each_kind_of_problem_and_passes_a_clean_page(tmp
     n_pages, found = check.check_site(tmp_path, browser)
     assert n_pages == 2
     kinds = {(page, kind) for page, kind, _ in found}
-    assert kinds == {("bad.html", "theme error box"), ("bad.html", "broken image"),
-                     ("bad.html", "docutils system message"), ("bad.html", "traceback in executed output")}
+    assert kinds == {
+        ("bad.html", "theme error box"),
+        ("bad.html", "broken image"),
+        ("bad.html", "docutils system message"),
+        ("bad.html", "traceback in executed output"),
+    }
     assert check.main([str(tmp_path), "--browser", browser]) == 1
     (tmp_path / "bad.html").unlink()
     assert check.main([str(tmp_path), "--browser", browser]) == 0
+
+
+def test_remote_references_finds_scripts_and_stylesheets_off_the_machine_without_a_browser(tmp_path):
+    check = _load_check_rendered()
+    (tmp_path / "index.html").write_text(
+        "<html><head><script src='_static/local.js'></script><link rel='stylesheet' href='_static/a.css'>"
+        "<link rel='canonical' href='https://docs.example.org/'></head>"
+        "<body><a href='https://example.org/'>a link is not loaded</a></body></html>"
+    )
+    assert check.remote_references(tmp_path) == []
+    assert check.main([str(tmp_path), "--browser", str(tmp_path / "no-such-browser")]) == 2
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "page.html").write_text(
+        "<html><head><script defer src='https://cdn.example.org/mathjax/tex-chtml.js'></script>"
+        "<link rel='stylesheet' href='//cdn.example.org/theme.css'></head><body></body></html>"
+    )
+    assert check.remote_references(tmp_path) == [
+        ("sub/page.html", "remote script", "<script> https://cdn.example.org/mathjax/tex-chtml.js"),
+        ("sub/page.html", "remote script", "<link> //cdn.example.org/theme.css"),
+    ]
+    assert check.main([str(tmp_path), "--browser", str(tmp_path / "no-such-browser")]) == 1
+
+
+def _local_mathjax(dest):
+    """The docs' MathJax (from the docs extra) copied to ``dest/mathjax``; skips when it is not installed."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("sphinx-mathjax-offline")
+    except metadata.PackageNotFoundError:
+        pytest.skip("needs the docs extra's sphinx-mathjax-offline")
+    src = Path(str(dist.locate_file("sphinx-mathjax-offline/static/mathjax")))
+    shutil.copy2(src / "tex-chtml.js", dest / "tex-chtml.js")
+    for sub in ("output/chtml/fonts/woff-v2", "input/tex/extensions"):
+        shutil.copytree(src / sub, dest / sub)
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(b) for b in ("chromium", "chromium-browser")),
+    reason="needs chromium (apt-get install chromium)",
+)
+def test_check_rendered_reports_remote_requests_and_maths_that_did_not_render(tmp_path):
+    check = _load_check_rendered()
+    browser = check.find_browser(None)
+    (tmp_path / "mathjax").mkdir()
+    _local_mathjax(tmp_path / "mathjax")
+    # MathJax typesets a second after the load event here, so the check must wait for it
+    late = (
+        "<script>window.MathJax = {startup: {pageReady: () => new Promise((r) => setTimeout(r, 1000))"
+        ".then(() => MathJax.startup.defaultPageReady())}};</script>"
+    )
+    head = f"<html><head>{late}<script defer src='mathjax/tex-chtml.js'></script></head><body>"
+    (tmp_path / "index.html").write_text(
+        head + "<span class='math'>\\(\\sum_k p_k \\lVert w - o_k \\rVert^2\\)</span>"
+        "<div class='math'>\\[\\boldsymbol{w}^{t+1} = \\frac{1}{n}\\]</div></body></html>"
+    )
+    n_pages, found = check.check_site(tmp_path, browser)
+    assert (n_pages, found) == (1, [])  # typeset by the local MathJax, nothing fetched from elsewhere
+    (tmp_path / "broken.html").write_text(head + "<span class='math'>\\(x^1^2\\)</span></body></html>")
+    (tmp_path / "nomathjax.html").write_text("<html><body><span class='math'>\\(x^2\\)</span></body></html>")
+    (tmp_path / "remote.html").write_text(
+        "<html><body><img src='https://cdn.example.org/badge.png'>"
+        "<script>document.head.appendChild(Object.assign(document.createElement('script'),"
+        " {src: 'https://cdn.example.org/late.js'}))</script></body></html>"
+    )
+    _, found = check.check_site(tmp_path, browser)
+    kinds = {(page, kind) for page, kind, _ in found}
+    assert kinds == {
+        ("broken.html", "maths error"),
+        ("nomathjax.html", "unrendered maths"),
+        ("remote.html", "request off the machine"),
+        ("remote.html", "broken image"),
+    }
+    remote = sorted(m for page, kind, m in found if kind == "request off the machine")
+    assert remote == ["Image: https://cdn.example.org/badge.png", "Script: https://cdn.example.org/late.js"]

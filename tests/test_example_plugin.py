@@ -10,6 +10,7 @@ registration and the loaded flag), so the other tests see the normal registry.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -69,8 +70,71 @@ def test_the_example_plugin_is_discovered_through_its_entry_point(divfl_on_path)
     assert trainer.selector_.seen_.sum() == 9  # the stale source learned from every update it received
 
 
+def test_the_example_plugin_ships_its_papers_setting(divfl_on_path, tmp_path, capsys):
+    # A plugin scheme ships its paper's setting: a partition and presets, through the same entry point.
+    import json
+
+    from fedselect.cli import main
+    from fedselect.data.partition import PARTITIONS
+    from fedselect.presets import get_preset, list_presets
+
+    assert {"divfl-synthetic", "divfl-mnist"} <= set(list_presets())
+    assert plugins.registry("presets")["divfl-mnist"].plugin == PLUGIN_NAME
+    assert plugins.registry("partitions")["power-law"].plugin == PLUGIN_NAME
+    assert "power-law" in PARTITIONS and get_preset("divfl-mnist").federation["partition"] == "power-law"
+
+    # a federation built by the plugin's partition name: two consecutive digits per client
+    fed = fedselect.make_federation("digits", partition="power-law", n_clients=20, sigma=1.0, random_state=0)
+    held = fed.label_histogram() > 0
+    assert held.sum(axis=1).max() == 2 and held.any(axis=0).all()
+
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert "power-law" in listed.split("partitions: ", 1)[1].splitlines()[0]
+    assert re.search(r"^  divfl-mnist +DivFL \(ICLR 2022\) on MNIST", listed, re.M)
+    assert f"(plugin: {PLUGIN_NAME})" in listed
+
+    # reproduce a plugin preset (its MNIST swapped for digits, kept short), the partition's parameter as an option
+    out = tmp_path / "divfl-mnist"
+    small = [
+        "--dataset",
+        "digits",
+        "--n-clients",
+        "20",
+        "--clients-per-round",
+        "3",
+        "--rounds",
+        "2",
+        "--local-steps",
+        "1",
+        "--seeds",
+        "0",
+        "--selectors",
+        "random",
+        "divfl",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--sigma",
+        "1",
+    ]
+    assert main(["reproduce", "divfl-mnist", *small]) == 0, capsys.readouterr().err
+    saved = json.loads((out / "runs" / "divfl__seed0.json").read_text())
+    assert saved["settings"]["federation"] == {
+        "dataset": "digits",
+        "n_clients": 20,
+        "partition": "power-law",
+        "sigma": 1.0,
+    }
+    assert saved["settings"]["trainer"]["lr"] == 0.1 and saved["settings"]["trainer"]["batch_size"] == 10
+
+
 def test_the_registry_is_back_to_normal_afterwards():
-    # Runs after the test above (file order): the example plugin left no trace.
+    # Runs after the tests above (file order): the example plugin left no trace.
+    from fedselect.data.partition import PARTITIONS
+    from fedselect.presets import list_presets
+
     if plugins.pm.get_plugin(PLUGIN_NAME) is None:
         assert "divfl" not in fedselect.list_selectors()
+        assert "power-law" not in PARTITIONS and "divfl-mnist" not in list_presets()
     assert "random" in fedselect.list_selectors()

@@ -90,7 +90,7 @@ def test_run_and_trainer_use_a_plugin_selector_by_name(tmp_path, unload, capsys)
          r"plugin file .*broken\.py holds no fedselect hook implementation; register_selectors must be decorated "
          r"with @fedselect.hookimpl"),
         ("x = 1\n", PluginError, r"holds no fedselect hook implementation; define one of register_datasets, "
-         r"register_models, register_selectors"),
+         r"register_models, register_partitions, register_presets, register_selectors"),
         ("from fedselect import hookimpl\n@hookimpl\ndef register_selector(register):\n    pass\n", PluginError,
          r"unknown hook\(s\) register_selector; fedselect's hooks are"),
         ("from fedselect import hookimpl\nfrom fedselect.selectors.random import RandomSelector\n@hookimpl\n"

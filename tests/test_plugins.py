@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import json
 import types
 
+import numpy as np
 import pytest
 
 from fedselect import hookspecs, plugins
@@ -14,10 +16,12 @@ from fedselect.selection import BaseSelector, Selection
 from fedselect.selectors.afl import ActiveFLSelector
 from fedselect.selectors.clustered import ClusteredSamplingSelector
 from fedselect.selectors.data_size import DataSizeSelector
+from fedselect.selectors.deadline_random import DeadlineRandomSelector
 from fedselect.selectors.fedcor import FedCorSelector
 from fedselect.selectors.hcsfed import HCSFedSelector
 from fedselect.selectors.ldcs import LargestDistanceSelector
 from fedselect.selectors.ocs import OptimalClientSamplingSelector
+from fedselect.selectors.oort import OortSelector
 from fedselect.selectors.power_of_choice import PowerOfChoiceSelector
 from fedselect.selectors.random import RandomSelector
 from fedselect.selectors.round_robin import RoundRobinSelector
@@ -33,6 +37,8 @@ BUILT_INS = {
     "ldcs": (LargestDistanceSelector, ("fedldcs", "largest-distance")),
     "clustered": (ClusteredSamplingSelector, ("clustered-sampling", "fraboni")),
     "ocs": (OptimalClientSamplingSelector, ("optimal-client-sampling",)),
+    "oort": (OortSelector, ()),
+    "deadline-random": (DeadlineRandomSelector, ()),
 }
 
 
@@ -257,3 +263,218 @@ def test_a_second_plugin_under_a_taken_name_is_refused_clearly():
     finally:
         pm.unregister(name="my-plugin")
         plugins._user_plugins.pop("my-plugin", None)
+
+
+# -- partitions and presets: the same hooks, the same rules ---------------------------------------
+
+
+def _blocks(y, n_clients, *, width=1, random_state=None):
+    """Client k gets the k-th contiguous block of the samples (a deterministic test scheme)."""
+    return [p.astype(np.int64) for p in np.array_split(np.arange(len(y)), n_clients)]
+
+
+def _setting_plugin(name, *, partitions=(), presets=()):
+    module = types.ModuleType(name)
+    if partitions:
+
+        @hookimpl
+        def register_partitions(register):
+            for pname, func in partitions:
+                register(func, name=pname)
+
+        module.register_partitions = register_partitions
+    if presets:
+
+        @hookimpl
+        def register_presets(register):
+            for preset in presets:
+                register(preset)
+
+        module.register_presets = register_presets
+    return module
+
+
+def _preset(name="test-preset", **changes):
+    from fedselect.presets import Preset
+
+    fields = {
+        "name": name,
+        "description": "A test setting: digits in blocks.",
+        "federation": {"dataset": "digits", "partition": "test-blocks", "n_clients": 6},
+        "trainer": {"model": "logistic", "clients_per_round": 2, "rounds": 2, "local_steps": 1},
+        "selectors": {"random": ("random", {})},
+        "seeds": (0,),
+        "target": 0.5,
+    }
+    return Preset(**{**fields, **changes})
+
+
+def test_hook_register_partitions():
+    from fedselect.data.partition import PARTITIONS, dirichlet_partition
+
+    plugins.load_plugins()
+    impls = {impl.plugin_name for impl in pm.hook.register_partitions.get_hookimpls()}
+    assert "fedselect.data.partition" in impls  # the built-ins register through the hook
+    assert plugins.list_partitions()[:4] == ["iid", "shards", "dirichlet", "dirichlet-qp"]
+    assert list(PARTITIONS)[:4] == plugins.list_partitions()[:4]
+    assert plugins.get_partition("dirichlet") is dirichlet_partition is PARTITIONS["dirichlet"]
+
+
+def test_hook_register_presets():
+    from fedselect.presets import PRESETS, get_preset, list_presets
+
+    plugins.load_plugins()
+    impls = {impl.plugin_name for impl in pm.hook.register_presets.get_hookimpls()}
+    assert "fedselect.presets" in impls
+    assert set(PRESETS) <= set(list_presets())
+    for name, preset in PRESETS.items():  # the very objects: stored runs keep their keys
+        assert get_preset(name) is preset
+        assert plugins.registry("presets")[name].plugin == "fedselect.presets"
+
+
+def test_a_plugin_partition_and_preset_appear_everywhere(tmp_path, capsys):
+    from fedselect.cli import main
+    from fedselect.data import make_federation
+    from fedselect.data.partition import PARTITIONS
+    from fedselect.presets import get_preset, list_presets
+
+    plugin = _setting_plugin("p_setting", partitions=[("test-blocks", _blocks)], presets=[_preset()])
+    plugins.register_plugin(plugin, name="setting-plugin")
+    try:
+        assert "test-blocks" in PARTITIONS and "test-preset" in list_presets()
+        assert get_preset("test-preset").federation["partition"] == "test-blocks"
+        fed = make_federation("digits", partition="test-blocks", n_clients=6, random_state=0)
+        assert [len(ix) for ix in fed.client_indices] == [len(p) for p in _blocks(np.zeros(len(fed.y)), 6)]
+        assert main(["list"]) == 0
+        listed = capsys.readouterr().out
+        assert "partitions: iid, shards, dirichlet, dirichlet-qp, test-blocks\n" in listed
+        assert "test-blocks" in listed and "(plugin: setting-plugin)" in listed
+        assert "--width" in " ".join(a for a in _compare_flags())  # the scheme's parameter became an option
+        out = tmp_path / "out"
+        assert main(["reproduce", "test-preset", "--out", str(out), "--no-progress", "--width", "2"]) == 0
+        saved = json.loads((out / "runs" / "random__seed0.json").read_text())
+        assert saved["settings"]["federation"] == {
+            "dataset": "digits",
+            "partition": "test-blocks",
+            "n_clients": 6,
+            "width": 2,
+        }
+        # run keys: a run on a partition from a registered plugin records that plugin's code, as for a selector
+        used = plugins.user_plugins_used(federation=saved["settings"]["federation"])
+        assert used == [{"module": "p_setting"}]
+        assert plugins.user_plugins_used(partition="test-blocks") == used
+        assert plugins.user_plugins_used(federation={"partition": "shards"}) == []
+        assert saved["settings"]["plugins"] == used  # ... and the run's key covers it
+    finally:
+        pm.unregister(name="setting-plugin")
+        plugins._user_plugins.pop("setting-plugin", None)
+    assert "test-blocks" not in PARTITIONS and "test-preset" not in list_presets()
+
+
+def _compare_flags():
+    from fedselect.cli import build_parser
+
+    sub = build_parser()._subparsers._group_actions[0].choices["compare"]
+    return [flag for action in sub._actions for flag in action.option_strings]
+
+
+def test_two_plugins_claiming_one_preset_or_partition_name_both():
+    first = _setting_plugin("p_a", partitions=[("test-blocks", _blocks)], presets=[_preset()])
+    second = _setting_plugin(
+        "p_b",
+        partitions=[("test-blocks", lambda y, n, random_state=None: [])],
+        presets=[_preset(description="another")],
+    )
+    pm.register(first, name="plugin-a")
+    pm.register(second, name="plugin-b")
+    try:
+        for kind, name in (("partitions", "test-blocks"), ("presets", "test-preset")):
+            with pytest.raises(PluginError, match=rf"'{name}' is registered twice") as info:
+                plugins.registry(kind)
+            assert "'plugin-a'" in str(info.value) and "'plugin-b'" in str(info.value)
+    finally:
+        pm.unregister(name="plugin-a")
+        pm.unregister(name="plugin-b")
+
+
+def test_a_plugin_cannot_take_a_built_in_preset_or_partition():
+    plugin = _setting_plugin("p_taken", partitions=[("shards", _blocks)], presets=[_preset(name="digits-skew")])
+    with pytest.raises(
+        PluginError,
+        match=r"'shards' is registered twice, by plugin 'fedselect.data.partition' "
+        r"and by plugin 'taking-plugin'",
+    ):
+        plugins.register_plugin(plugin, name="taking-plugin")
+    assert pm.get_plugin("taking-plugin") is None  # refused and unregistered again
+
+
+@pytest.mark.parametrize(
+    "preset, message",
+    [
+        ("not a preset", r"presets must be fedselect.presets.Preset instances"),
+        (
+            _preset(trainer={"rounds": 2, "learning_rate": 0.1}),
+            r"trainer sets 'learning_rate', which FederatedTrainer "
+            r"does not take",
+        ),
+        (_preset(trainer={"selector": "random"}), r"trainer sets 'selector'"),
+        (_preset(federation={"random_state": 0}), r"federation sets random_state"),
+        (_preset(selectors={}), r"selectors is empty"),
+        (_preset(selectors={"r": "random"}), r"selectors\['r'\] must be \(registered name, parameters\)"),
+        (_preset(seeds=(0, 0)), r"seeds must be distinct integers >= 0"),
+        (_preset(target=1.5), r"target must be a test accuracy in \(0, 1\]"),
+        (_preset(name="none"), r"'none' is reserved"),
+        (_preset(name=" spaced"), r"name must be a non-empty string without surrounding spaces"),
+    ],
+)
+def test_an_invalid_preset_is_an_error_naming_the_plugin(preset, message):
+    module = types.ModuleType("p_bad_preset")
+
+    @hookimpl
+    def register_presets(register):
+        register(preset, name=getattr(preset, "name", "test-preset"))
+
+    module.register_presets = register_presets
+    with pytest.raises(PluginError, match=r"plugin 'bad-preset-plugin' .*" + message):
+        plugins.register_plugin(module, name="bad-preset-plugin")
+    assert pm.get_plugin("bad-preset-plugin") is None
+
+
+def test_a_preset_is_registered_under_its_own_name():
+    module = types.ModuleType("p_renamed")
+
+    @hookimpl
+    def register_presets(register):
+        register(_preset(), name="another-name")
+
+    module.register_presets = register_presets
+    with pytest.raises(
+        PluginError,
+        match=r"'renaming-plugin' registered preset 'test-preset' under the name "
+        r"'another-name'",
+    ):
+        plugins.register_plugin(module, name="renaming-plugin")
+
+
+@pytest.mark.parametrize("func", [42, lambda y: [], lambda y, n: []])
+def test_an_invalid_partition_is_an_error_naming_the_plugin(func):
+    plugin = _setting_plugin("p_bad_partition", partitions=[("bad-partition", func)])
+    with pytest.raises(PluginError, match=r"plugin 'bad-partition-plugin' registered .* as .*'bad-partition'"):
+        plugins.register_plugin(plugin, name="bad-partition-plugin")
+    assert pm.get_plugin("bad-partition-plugin") is None
+
+
+def test_a_preset_hook_that_raises_names_the_plugin():
+    module = types.ModuleType("p_raising_presets")
+
+    @hookimpl
+    def register_presets(register):
+        raise RuntimeError("no such file: paper.yaml")
+
+    module.register_presets = register_presets
+    pm.register(module, name="raising-presets")
+    try:
+        with pytest.raises(PluginError, match=r"'raising-presets' failed in register_presets: RuntimeError"):
+            plugins.list_presets()
+    finally:
+        pm.unregister(name="raising-presets")

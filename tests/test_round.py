@@ -1,6 +1,8 @@
 """One round, one aggregation: the runtimes play their rounds through fedselect.round and weigh by
 fedselect.aggregation's rules."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -86,3 +88,89 @@ def test_the_synthetic_oracle_plays_its_rounds_through_the_round_module(monkeypa
     fb = oracle.run_round(Selection([1, 3, 3]).validated(6, 3, variable_size=True))
     assert calls == [0]
     np.testing.assert_allclose(fb.weights, [1 / 3, 2 / 3])  # the mean rule, duplicates counted
+
+
+# -- the round's hooks: what a runtime such as Flower's strategy plugs in ------------------------------------------
+class _Raising(fedselect.BaseSelector):
+    """Chooses the first n clients; raises in ``select`` or ``update`` when told to, and counts its updates."""
+
+    def __init__(self, *, fail_in=None):
+        self.fail_in = fail_in
+
+    def _fit(self, pool):
+        self.updates_ = 0
+
+    def _select(self, n, *, round, oracle):
+        if self.fail_in == "select":
+            oracle.losses([0])  # a client answered before the failure, as in a hostile round
+            raise ValueError("boom in select")
+        return Selection(np.arange(n))
+
+    def _update(self, feedback):
+        if self.fail_in == "update":
+            raise ValueError("boom in update")
+        self.updates_ += 1
+
+
+def _play(selector, **hooks):
+    """One round of ``selector`` on a SyntheticOracle through play_round; (its result, the oracle)."""
+    oracle = SyntheticOracle(n_clients=6, random_state=0)
+    selector.fit(fedselect.ClientPool(oracle.n_samples))
+    steps = round_module.play_round(oracle, oracle, selector, 2, oracle.w, round=0, n_clients=6, rule="mean",
+                                    accumulate="float64", **hooks)
+    with pytest.raises(StopIteration) as stop:
+        next(steps)  # this transport trains at once: the round ends without yielding
+    return stop.value.value, oracle
+
+
+def test_contain_decides_whether_a_selectors_exception_stops_the_round():
+    with pytest.raises(ValueError, match="boom in select"):  # without the hook: the user's to see
+        _play(_Raising(fail_in="select"))
+    with pytest.raises(ValueError, match="boom in select"):  # the hook declines
+        _play(_Raising(fail_in="select"), contain=lambda step, exc, agg: False)
+    seen = []
+    agg, oracle = _play(_Raising(fail_in="select"), contain=lambda step, exc, agg: seen.append((step, agg)) or True)
+    assert agg is None and seen == [("select", None)]  # skipped: nobody trained
+    assert oracle.ledger.costs.local_trainings == 0
+    with pytest.raises(ValueError, match="boom in update"):
+        _play(_Raising(fail_in="update"))
+    seen.clear()
+    agg, _ = _play(_Raising(fail_in="update"), contain=lambda step, exc, agg: seen.append((step, agg)) or True)
+    assert agg is not None and [s for s, _ in seen] == ["update"] and seen[0][1] is agg  # the round stands
+
+
+def test_after_aggregate_returning_false_keeps_the_round_from_the_selector():
+    for result, taught in ((False, 0), (None, 1), (True, 1)):
+        sel = _Raising()
+        agg, _ = _play(sel, after_aggregate=lambda agg, result=result: result)  # a plain function
+        assert agg.feedback.clients.size == 2 and sel.updates_ == taught, result
+
+
+def test_apply_replaces_the_weighted_sum_and_none_means_no_model():
+    got = {}
+
+    def apply(theta, selection, reports, weights):
+        got.update(theta=theta, clients=reports.clients.tolist(), weights=np.asarray(weights))
+        return None
+
+    class Global(_Raising):
+        needs = frozenset({"global"})
+
+    agg, _ = _play(Global(), apply=apply)
+    assert agg.theta is None and agg.feedback.global_after is None and agg.feedback.global_before is not None
+    assert got["clients"] == agg.feedback.clients.tolist() and got["theta"] is not None
+    np.testing.assert_allclose(got["weights"], agg.feedback.weights)  # the reporters' weights, by the rule
+    np.testing.assert_allclose(got["weights"], [0.5, 0.5])  # "mean" over two reporters
+
+
+def test_round_records_write_measured_seconds_only_when_set_and_compare_without_them():
+    from fedselect.simulation import RoundRecord
+
+    plain = RoundRecord(round=0, clients=[1, 2])
+    assert "wall_seconds" not in plain.to_dict() and "reply_seconds" not in plain.to_dict()
+    timed = RoundRecord(round=0, clients=[1, 2], wall_seconds=1.5, reply_seconds={1: 0.25, 2: 1.25})
+    d = timed.to_dict()
+    assert d["wall_seconds"] == 1.5 and d["reply_seconds"] == {"1": 0.25, "2": 1.25}  # JSON keys
+    back = RoundRecord.from_dict(json.loads(json.dumps(d)))
+    assert back.reply_seconds == {1: 0.25, 2: 1.25} and back.wall_seconds == 1.5
+    assert timed == plain and repr(timed) == repr(plain)  # wall-clock fields, like seconds, are not the run

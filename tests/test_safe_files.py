@@ -113,7 +113,7 @@ def test_compare_out_refuses_a_planted_pickle_checkpoint_and_overwrite_reruns(tm
 def test_compare_out_ignores_a_smuggled_global_in_a_new_format_checkpoint(tmp_path, monkeypatch):
     marker = tmp_path / "PWNED"
     with monkeypatch.context() as m:  # keep the run's checkpoint, as a comparison killed before its result has
-        m.setattr("fedselect.compare._remove_tree", lambda path: None)
+        m.setattr("fedselect.experiments.plan.remove_tree", lambda path: None)
         assert main([*COMPARE, "--out", str(tmp_path)]) == 0
     first = json.loads((tmp_path / "runs" / "random__seed0.json").read_text())["history"]
     (tmp_path / "runs" / "random__seed0.json").unlink()

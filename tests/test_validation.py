@@ -6,9 +6,11 @@ so a new selector or a new parameter is covered without touching this file.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import inspect
 import math
+import sys
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -36,10 +38,13 @@ PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugins" / "fedselect-divfl"
 
 def _example_plugin_class():
     """The example plugin's DivFLSelector, loaded from its source (it is not installed here)."""
-    spec = importlib.util.spec_from_file_location("_divfl_for_validation", PLUGIN_SRC / "__init__.py")
+    spec = importlib.util.spec_from_file_location(
+        "_divfl_for_validation", PLUGIN_SRC / "__init__.py", submodule_search_locations=[str(PLUGIN_SRC)]
+    )
     if spec is None or not (PLUGIN_SRC / "__init__.py").is_file():
         return None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a package: its relative imports (``from .setting import ...``) resolve
     spec.loader.exec_module(module)
     return module.DivFLSelector
 

@@ -1,6 +1,6 @@
 """The landing page's picture: why client selection matters, from recorded runs.
 
-Reads the 40 runs stored (gzipped) in ``benchmarks/results/fedcor-fmnist-1spc/runs``, made
+Reads the 40 runs stored (gzipped) in ``benchmarks/reproductions/fedcor/fedcor-fmnist-1spc/runs``, made
 by ``fedselect reproduce fedcor-fmnist-1spc`` (FedCor's Table 1 setting, Fashion-MNIST with
 one label shard per client), and draws test accuracy against rounds for random,
 power-of-choice and FedCor: the mean over the 10 seeds with a +-1 standard deviation band.
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = ROOT / "benchmarks" / "results" / "fedcor-fmnist-1spc"
+RUNS = ROOT / "benchmarks" / "reproductions" / "fedcor" / "fedcor-fmnist-1spc"
 TARGET = 0.62  # the preset's target (FedCor's Table 1, FMNIST 1SPC)
 SHOWN = {"Random": "random", "Pow-d": "power-of-choice (d = 2n)", "FedCor": "FedCor"}
 

@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sklearn.utils import check_random_state
 
-from .._validation import InstanceOf, Interval, StrOptions, validate_parameters
+from .._validation import InstanceOf, Interval, validate_parameters
 from .datasets import PathLike, _check_sizes, load_dataset, make_synthetic
-from .partition import PARTITIONS
+from .partition import RegisteredPartition
 from .partition import partition as _partition_by_name
 
 if TYPE_CHECKING:
+    from ..profiles import SystemProfiles
     from ..selection import ClientPool
+    from .sources import FederationParts
 
 __all__ = ["Federation", "make_federation", "split_holdout"]
 
@@ -66,6 +68,10 @@ class Federation:
         A short label.
     metadata : dict
         How the federation was made (dataset, partition, parameters, seed).
+    profiles : SystemProfiles, optional
+        Each client's compute speed, bandwidth, latency and availability over simulated
+        time (:mod:`fedselect.profiles`), one per client. None: homogeneous devices, always
+        available; leaves every earlier result, fingerprint and run key unchanged.
 
     Attributes
     ----------
@@ -102,6 +108,7 @@ class Federation:
     n_classes: int | None = None  # type: ignore[assignment]  # inferred in __post_init__
     name: str = ""
     metadata: dict = field(default_factory=dict)
+    profiles: SystemProfiles | None = None
 
     def __post_init__(self) -> None:
         X, y = np.asarray(self.X), np.asarray(self.y)
@@ -150,6 +157,18 @@ class Federation:
             for k, idx in enumerate(evals):
                 if idx.size == 0:
                     raise ValueError(f"Federation: client {k} has no held-out data (eval_indices[{k}] is empty)")
+        if self.profiles is not None:
+            from ..profiles import SystemProfiles
+
+            if not isinstance(self.profiles, SystemProfiles):
+                raise TypeError(
+                    f"Federation: profiles must be a fedselect.profiles.SystemProfiles or None, got "
+                    f"{type(self.profiles).__name__}"
+                )
+            if self.profiles.n_clients != len(clients):
+                raise ValueError(
+                    f"Federation: profiles describe {self.profiles.n_clients} clients but there are {len(clients)}"
+                )
         object.__setattr__(self, "X", X)
         tdtype = np.float32 if regression else np.int64
         object.__setattr__(self, "y", y.astype(tdtype, copy=False))
@@ -230,11 +249,11 @@ class Federation:
         >>> Federation.from_datasets(per_client, (X[80:], y[80:])).n_samples.tolist()
         [20, 20, 20, 20]
         """
-        from .sources import federation_from_datasets
+        from .sources import parts_from_datasets
 
-        return federation_from_datasets(train, test, partition=partition, n_clients=n_clients, holdout=holdout,
-                                        random_state=random_state, n_classes=n_classes, name=name,
-                                        **partition_params)
+        return _assemble(parts_from_datasets(train, test, partition=partition, n_clients=n_clients, holdout=holdout,
+                                             random_state=random_state, n_classes=n_classes, name=name,
+                                             **partition_params))
 
     @classmethod
     def from_partitioner(
@@ -298,10 +317,11 @@ class Federation:
         >>> part.dataset = Dataset.from_dict({"x": X_train, "label": y_train})  # doctest: +SKIP
         >>> fed = Federation.from_partitioner(part, test=(X_test, y_test))  # doctest: +SKIP
         """
-        from .sources import federation_from_partitioner
+        from .sources import parts_from_partitioner
 
-        return federation_from_partitioner(partitioner, test, features=features, target=target, holdout=holdout,
-                                           random_state=random_state, n_classes=n_classes, name=name)
+        return _assemble(parts_from_partitioner(partitioner, test, features=features, target=target,
+                                                holdout=holdout, random_state=random_state, n_classes=n_classes,
+                                                name=name))
 
     @property
     def n_clients(self) -> int:
@@ -453,6 +473,15 @@ def split_holdout(
     return train, held
 
 
+def _assemble(parts: FederationParts) -> Federation:
+    """The Federation of what a source read (:mod:`fedselect.data.sources`), each client's holdout split off."""
+    client, held = parts.client_indices, None
+    if parts.holdout > 0:
+        client, held = split_holdout(client, parts.holdout, parts.rng)
+    return Federation(X=parts.X, y=parts.y, client_indices=client, X_test=parts.X_test, y_test=parts.y_test,
+                      eval_indices=held, n_classes=parts.n_classes, name=parts.name, metadata=parts.metadata)
+
+
 def _synthetic_pool(
     n_clients: int, rng: np.random.RandomState, alpha: float = 1.0, beta: float = 1.0, **params: Any
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray, int]:
@@ -479,7 +508,7 @@ def _synthetic_pool(
 
 _MAKE_FEDERATION_CONSTRAINTS: dict[str, list[Any]] = {
     "dataset": [InstanceOf(str, "a registered dataset name or 'synthetic'")],
-    "partition": [StrOptions((*PARTITIONS, "natural")), callable],
+    "partition": [RegisteredPartition(extra=("natural",)), callable],  # plugins' schemes too
     "n_clients": [Interval(Integral, 1, None, closed="left")],
     "holdout": [Interval(Real, 0, 1, closed="left")],
     "random_state": ["random_state"],

@@ -28,17 +28,25 @@ A plain callable ``f(y, n_clients, random_state=..., **params)`` can be given to
 :func:`fedselect.data.make_federation` and :meth:`fedselect.data.Federation.from_datasets`
 instead of a name; a Flower Datasets ``Partitioner`` becomes a federation through
 :meth:`fedselect.data.Federation.from_partitioner`.
+
+The schemes are a registry: the four above register through the
+:func:`~fedselect.hookspecs.register_partitions` hook, as a plugin's do, and a plugin's
+scheme is then a name like these (``make_federation(partition="its-name")``,
+``fedselect compare --partition its-name``). :data:`PARTITIONS` reads that registry.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 from scipy import optimize
 from sklearn.utils import check_random_state
+
+from .._validation import Constraint
+from ..hookspecs import hookimpl
 
 __all__ = [
     "PARTITIONS",
@@ -444,12 +452,75 @@ def dirichlet_qp_partition(
     return out
 
 
-PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
+_BUILT_IN: dict[str, Callable[..., list[np.ndarray]]] = {
     "iid": iid_partition,
     "shards": shard_partition,
     "dirichlet": dirichlet_partition,
     "dirichlet-qp": dirichlet_qp_partition,
 }
+
+
+@hookimpl
+def register_partitions(register: Callable[..., Any]) -> None:
+    """The built-in schemes, registered through the hook plugins use."""
+    for name, func in _BUILT_IN.items():
+        register(func, name=name)
+
+
+class _Registry(Mapping[str, Callable[..., list[np.ndarray]]]):
+    """Every registered partition scheme: name (or alias) -> function, read from the plugin registry on each use.
+
+    Iterates over the canonical names in registration order (the built-ins first); an alias
+    is ``in`` it and looks up its scheme. Nothing is loaded until it is first read.
+    """
+
+    def _table(self) -> dict[str, Any]:
+        from ..plugins import registry
+
+        return registry("partitions")
+
+    def __getitem__(self, name: str) -> Callable[..., list[np.ndarray]]:
+        return self._table()[name].obj
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._table()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(dict.fromkeys(e.name for e in self._table().values())))
+
+    def __len__(self) -> int:
+        return len({e.name for e in self._table().values()})
+
+    def __repr__(self) -> str:
+        return f"PARTITIONS({', '.join(self)})"
+
+
+#: The registered partition schemes, built-in and from plugins: name -> function (a live view of the registry).
+PARTITIONS: Mapping[str, Callable[..., list[np.ndarray]]] = _Registry()
+
+
+class RegisteredPartition(Constraint):
+    """A parameter constraint: the name of a registered partition scheme, or one of ``extra``.
+
+    The names are read when a value is checked, so a scheme a plugin registers later is allowed
+    (a ``StrOptions`` built at import time would not see it).
+    """
+
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        self.extra = tuple(extra)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return (*PARTITIONS, *self.extra)
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, str) and (value in self.extra or value in PARTITIONS)
+
+    def __str__(self) -> str:
+        return f"one of {self.options!r}"
+
+    def invalid_examples(self) -> list[Any]:
+        return ["no-such-partition", 1, None]
 
 
 def partition(
@@ -461,8 +532,9 @@ def partition(
     ----------
     y : ndarray of shape (n_samples,)
         Labels.
-    scheme : {"iid", "shards", "dirichlet", "dirichlet-qp"}
-        Name of the scheme.
+    scheme : str
+        Name of a registered scheme: ``"iid"``, ``"shards"``, ``"dirichlet"``,
+        ``"dirichlet-qp"`` or a plugin's (see :data:`PARTITIONS`).
     n_clients : int
         Number of clients N.
     random_state : int, RandomState instance or None
@@ -489,7 +561,11 @@ def partition(
     [1, 1, 1, 1]
     """
     if scheme not in PARTITIONS:
-        raise ValueError(f"unknown partition scheme {scheme!r}; known schemes: {', '.join(PARTITIONS)}")
+        import difflib
+
+        close = difflib.get_close_matches(str(scheme), list(PARTITIONS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown partition scheme {scheme!r}{hint}; known schemes: {', '.join(PARTITIONS)}")
     func = PARTITIONS[scheme]
     accepted = [p for p in inspect.signature(func).parameters if p not in ("y", "n_clients", "random_state")]
     unknown = sorted(set(params) - set(accepted))

@@ -6,6 +6,11 @@ takes ``n_samples * prod(input_shape) * 4`` bytes for the inputs (float32): 60,0
 1 x 28 x 28 are 188 MB, 50,000 of 3 x 32 x 32 are 614 MB. Transforms a Dataset applies run once,
 when it is read, not per epoch (no random augmentation).
 
+This module reads the data into :class:`FederationParts`; :meth:`Federation.from_datasets` and
+:meth:`Federation.from_partitioner` assemble them (split each client's holdout, build the
+Federation), so this module never imports :mod:`fedselect.data.federation` and the two do not
+import each other.
+
 Neither ``flwr_datasets`` nor ``datasets`` is imported here: a partitioner and its Hugging Face
 datasets are used through their public methods (``load_partition``, ``num_partitions``,
 ``column_names``, ``with_format``), so importing fedselect never imports Flower Datasets.
@@ -14,7 +19,8 @@ datasets are used through their public methods (``load_partition``, ``num_partit
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sklearn.utils import check_random_state
@@ -22,10 +28,7 @@ from sklearn.utils import check_random_state
 from .partition import PARTITIONS
 from .partition import partition as _partition_by_name
 
-if TYPE_CHECKING:
-    from .federation import Federation
-
-__all__ = ["federation_from_datasets", "federation_from_partitioner"]
+__all__ = ["FederationParts", "parts_from_datasets", "parts_from_partitioner"]
 
 _CHUNK = 512  # samples per DataLoader batch while materialising
 
@@ -102,23 +105,50 @@ def _test_arrays(test: Any, what: str, column: Callable[[Any], tuple[np.ndarray,
     return dataset_arrays(test, what)
 
 
+@dataclass(frozen=True)
+class FederationParts:
+    """What a source read, for :class:`~fedselect.data.Federation` to assemble.
+
+    Attributes
+    ----------
+    X, y : ndarray
+        The training pool.
+    client_indices : list of ndarray
+        Each client's indices into the pool, before any holdout.
+    X_test, y_test : ndarray
+    holdout : float
+        Fraction of each client's data to hold out (split by the Federation's assembly).
+    rng : numpy.random.RandomState
+        The stream the holdout split draws from.
+    n_classes : int
+    name : str
+    metadata : dict
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    client_indices: list[np.ndarray]
+    X_test: np.ndarray
+    y_test: np.ndarray
+    holdout: float
+    rng: np.random.RandomState
+    n_classes: int
+    name: str
+    metadata: dict[str, Any]
+
+
 def _finish(
     X: np.ndarray, y: np.ndarray, parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarray, *,
     holdout: float, rng: np.random.RandomState, n_classes: int | None, name: str, metadata: dict[str, Any],
-) -> Federation:
-    from .federation import Federation, split_holdout
-
+) -> FederationParts:
     if np.issubdtype(y.dtype, np.integer):
         found = int(max(y.max(), np.asarray(y_test).max()) + 1)
         if n_classes is None:
             n_classes = found
         elif found > n_classes:
             raise ValueError(f"n_classes={n_classes} but the data has label {found - 1}")
-    eval_parts = None
-    if holdout > 0:
-        parts, eval_parts = split_holdout(parts, holdout, rng)
-    return Federation(X=X, y=y, client_indices=parts, X_test=X_test, y_test=y_test, eval_indices=eval_parts,
-                      n_classes=int(n_classes if n_classes is not None else 10), name=name, metadata=metadata)
+    return FederationParts(X=X, y=y, client_indices=parts, X_test=X_test, y_test=y_test, holdout=holdout, rng=rng,
+                           n_classes=int(n_classes if n_classes is not None else 10), name=name, metadata=metadata)
 
 
 def _check_holdout(holdout: float) -> float:
@@ -164,7 +194,7 @@ def split_pool(
     return _partition_by_name(labels, partition, int(n_clients), random_state=rng, **partition_params), partition
 
 
-def federation_from_datasets(
+def parts_from_datasets(
     train: Any,
     test: Any,
     *,
@@ -175,8 +205,8 @@ def federation_from_datasets(
     n_classes: int | None = None,
     name: str = "",
     **partition_params: Any,
-) -> Federation:
-    """A :class:`~fedselect.data.Federation` from torch Datasets; see :meth:`Federation.from_datasets`."""
+) -> FederationParts:
+    """The parts of a :class:`~fedselect.data.Federation` from torch Datasets; see :meth:`Federation.from_datasets`."""
     from torch.utils.data import Dataset
 
     holdout = _check_holdout(holdout)
@@ -245,7 +275,7 @@ def _columns(ds: Any, features: str | None, target: str, what: str) -> tuple[np.
     return X, _targets(y, f"{what}: column {target!r}")
 
 
-def federation_from_partitioner(
+def parts_from_partitioner(
     partitioner: Any,
     test: Any,
     *,
@@ -255,8 +285,8 @@ def federation_from_partitioner(
     random_state: Any = None,
     n_classes: int | None = None,
     name: str = "",
-) -> Federation:
-    """A :class:`~fedselect.data.Federation` from a Flower Datasets partitioner; see
+) -> FederationParts:
+    """The parts of a :class:`~fedselect.data.Federation` from a Flower Datasets partitioner; see
     :meth:`Federation.from_partitioner`."""
     what = "Federation.from_partitioner"
     if not (hasattr(partitioner, "load_partition") and hasattr(partitioner, "num_partitions")):

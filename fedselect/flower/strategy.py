@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result, Strategy
@@ -22,9 +22,10 @@ from flwr.supercore import log
 from sklearn.base import clone
 
 from .._validation import InstanceOf, Interval, Predicate, StrOptions, validate_parameters
-from ..aggregation import aggregation_weights, apply_deltas, average_buffer_deltas
+from ..aggregation import aggregation_weights, apply_deltas, average_buffer_arrays
 from ..ledger import PARTIAL_WEIGHTS, RoundLedger
-from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
+from ..round import Aggregate, Reports, play_round
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 from ..simulation.history import History, RoundRecord, Traffic
 from . import _protocol as P
 
@@ -42,9 +43,11 @@ class FlowerRound(RoundRecord):
     """What one round of a :class:`SelectorStrategy` did: a :class:`~fedselect.simulation.RoundRecord`.
 
     The one per-round record type of every world, with the fields only a Flower run fills
-    (``reported``, ``traffic``, ``rejected``, ``errors``, ``evaluation``), and
-    ``test_accuracy``/``test_loss`` taken from the centralised evaluation when it reports
-    ``"test-accuracy"``/``"test-loss"`` (or ``"accuracy"``/``"loss"``).
+    (``reported``, ``traffic``, ``rejected``, ``errors``, ``evaluation``, and the measured
+    ``wall_seconds`` and ``reply_seconds``), and ``test_accuracy``/``test_loss`` taken from the
+    centralised evaluation when it reports ``"test-accuracy"``/``"test-loss"`` (or
+    ``"accuracy"``/``"loss"``). The subclass adds no field: only the line format of
+    ``records_path`` (:meth:`to_dict`) and :meth:`as_round_record`.
 
     Attributes
     ----------
@@ -67,7 +70,19 @@ class FlowerRound(RoundRecord):
         Messages and bytes per kind: ``hello``, ``loss``, ``update``, ``trial``,
         ``train`` and ``evaluate``.
     seconds : float
-        Wall-clock time of selection, training and aggregation (not evaluation).
+        Wall-clock time of selection, training and aggregation (not evaluation), the server's
+        own computation included.
+    wall_seconds : float
+        Measured seconds the round waited on its clients: each exchange of its oracle questions
+        (``loss``, ``update``, ``trial``) and its training, from sending to the last reply (or the
+        timeout), summed; not the hellos of new nodes nor the evaluation. The measured
+        counterpart of a simulated round's duration.
+    reply_seconds : dict of int to float
+        For each client whose training reply was used (a ``train`` message, or an oracle's
+        update question), seconds from sending it the message to its reply: the reply's own
+        timestamp (its ``created_at``, from the client node's clock) minus the message's,
+        bounded to [0, the seconds the server waited for it]; that bound when the timestamp is
+        not a number. A client's claim, within what the server observed.
     rejected : dict of int to str
         Clients whose reply was refused this round, with the reason (also logged).
     errors : list of str
@@ -80,24 +95,41 @@ class FlowerRound(RoundRecord):
     reported: list[int] = field(default_factory=list)  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as plain JSON-able values (the keys ``records_path`` lines have always had)."""
-        return {
+        """The record as plain JSON-able values: the keys ``records_path`` lines have always had, then
+        ``wall_seconds`` and ``reply_seconds`` when measured."""
+        out = {
             "round": self.round, "clients": list(self.clients), "reported": list(self.reported),
             "failed": list(self.failed), "weights": list(self.weights), "costs": self.costs.to_dict(),
             "traffic": {k: v.to_dict() for k, v in self.traffic.items()}, "seconds": self.seconds,
             "rejected": {str(k): v for k, v in self.rejected.items()}, "errors": list(self.errors),
             "evaluation": dict(self.evaluation),
         }
+        optional = self._optional_dict()
+        out.update({k: optional[k] for k in ("wall_seconds", "reply_seconds") if k in optional})
+        return out
 
     def as_round_record(self) -> RoundRecord:
         """The same round as a plain :class:`~fedselect.simulation.RoundRecord` (for a :class:`History`)."""
         return RoundRecord.from_dict(RoundRecord.to_dict(self))
 
 
-class FlowerOracle(ClientOracle):
-    """A selector's paid questions, asked of the live clients through the Flower Grid.
+@dataclass
+class TrainMessages:
+    """What :meth:`FlowerOracle.train_chosen` yields: the round's train messages.
 
-    One per round, built by :class:`SelectorStrategy`. Every question is a message to
+    ``SelectorStrategy.configure_train`` returns them to Flower, which sends them;
+    ``aggregate_train`` sends the replies back into the round.
+    """
+
+    messages: list[Message]
+
+
+class FlowerOracle(ClientOracle):
+    """A selector's paid questions, asked of the live clients through the Flower Grid, and the round's transport.
+
+    One per round, built by :class:`SelectorStrategy`, which plays the round with
+    :func:`fedselect.round.play_round` against it (:meth:`train_chosen`,
+    :meth:`aggregate_buffers`: a :class:`fedselect.round.Transport`). Every question is a message to
     exactly the nodes whose answer is not known yet this round; what it costs is charged
     on the round's :class:`~fedselect.ledger.RoundLedger`, exactly as in the simulator.
     A client that does not answer within ``query_timeout`` or answers with an error is
@@ -112,8 +144,9 @@ class FlowerOracle(ClientOracle):
 
     With buffers (``SelectorStrategy(buffers=...)``) the server also keeps each trained
     client's ``b_k - b^t``; the trial model of ``trial`` carries the trial clients' buffers
-    averaged with the trial's weights (:func:`_aggregate_buffers`), and no answer to the
-    selector holds a buffer: updates and parameters have the model's D parameters only.
+    averaged with the trial's weights (:func:`fedselect.aggregation.average_buffer_arrays`), and
+    no answer to the selector holds a buffer: updates and parameters have the model's D
+    parameters only.
 
     Clients without a live node are failed from the start of the round: questions about
     them answer NaN without a message. A reply that cannot be used (no finite ``loss``, no
@@ -150,10 +183,13 @@ class FlowerOracle(ClientOracle):
         return RecordDict({"config": cfg})
 
     def _ask(self, ids: np.ndarray, message_type: str, kind: str, extra: dict[str, Any],
-             model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None) -> tuple[dict[int, RecordDict], int]:
+             model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
+             times: dict[int, float] | None = None) -> tuple[dict[int, RecordDict], int]:
         """Send one message per id; return the content of each reply by client id, and the messages sent.
 
-        Ids that time out or answer with an error are marked failed on the ledger. The
+        ``times``, if given, receives each reply's measured seconds by client id
+        (:meth:`SelectorStrategy._reply_times`). Ids that time out or answer with an error are
+        marked failed on the ledger. The
         callers pass only clients that have not failed; a client without a live node is
         failed from the start of the round (``RoundLedger(unavailable=...)``), so it gets
         no message and is charged nothing.
@@ -167,7 +203,7 @@ class FlowerOracle(ClientOracle):
                 continue
             content = self._content(k, newly, extra, model)
             messages.append(Message(content, node, message_type, group_id=str(self.round + 1)))
-        replies = self._st._exchange(self._grid, messages, self._st.query_timeout, kind)
+        replies = self._st._exchange(self._grid, messages, self._st.query_timeout, kind, times)
         got = self._st._valid_replies(replies)
         failed = [k for k in ids.tolist() if k not in got]
         if failed:
@@ -175,7 +211,9 @@ class FlowerOracle(ClientOracle):
         return got, len(messages)
 
     def _train(self, ids: np.ndarray, purpose: str) -> dict[int, tuple[np.ndarray, int, int]]:
-        got, _ = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose})
+        times: dict[int, float] = {}
+        got, _ = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose},
+                           times=times)
         out = {}
         for k, content in got.items():
             try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
@@ -185,6 +223,8 @@ class FlowerOracle(ClientOracle):
                 continue
             out[k] = (delta, steps, grads)
             self._buffer_deltas[k] = buffer_deltas
+            if k in times:
+                self._st._reply_seconds[k] = times[k]
         return out
 
     def _loss_replies(self, ids: np.ndarray, got: dict[int, RecordDict], *,
@@ -240,16 +280,17 @@ class FlowerOracle(ClientOracle):
         if not alive.size:  # no trial client answered: nothing was learned
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
-        w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
+        w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st._weight_rule())
         stacked, keep = self._st._bound_norms(alive, np.stack([np.asarray(led.update(int(k))) for k in alive]), led)
         if not keep.all():  # the norm bound rejected some: the trial is what the others would produce
             alive = alive[keep]
             if not alive.size:
                 return np.full(self.n_clients, np.nan)
-            w = self._st._rule_weights(Selection(alive).validated(self.n_clients, alive.size))
+            w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size),
+                                    **self._st._weight_rule())
             stacked = stacked[keep]
         theta_trial = apply_deltas(self._theta, stacked, w)
-        buffers_trial = self.aggregated_buffers(alive, w)
+        buffers_trial = self.aggregate_buffers(alive, w)
         if not np.all(np.isfinite(theta_trial)):
             note = f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
             log(ERROR, "fedselect: %s", note)
@@ -308,27 +349,121 @@ class FlowerOracle(ClientOracle):
     def global_parameters(self) -> np.ndarray:
         return self._theta.copy()
 
-    def aggregated_buffers(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
-        """The global buffers after averaging trained clients ``ids`` with ``weights`` (:func:`_aggregate_buffers`)."""
+    # -- the round's transport (fedselect.round.Transport) ----------------------------
+    def train_chosen(self, ids: np.ndarray) -> Generator[TrainMessages, Any, Reports]:
+        """Train the chosen (distinct) ``ids``: yield their train messages, take the replies, return the reports.
+
+        The chosen clients whose update the server does not already hold get a ``train``
+        message (with ``w^t`` unless they received it earlier this round, asking their loss on
+        ``w^t`` too when not yet known); clients without a live node fail. What is sent back
+        in is the replies (``aggregate_train``'s). Each reply is checked as the oracle's are
+        (layout, counts, finite and bounded loss, size); a chosen client already trained for an
+        oracle question is asked only its loss, when unknown (the cached model: no model down,
+        one scalar up), as the simulator asks every reporter's loss
+        (``SimulationOracle.run_selection``). Then the opt-in ``update_norm_bound`` rejects or
+        clips the reporters' updates, before any weight: the reports are what is left.
+        """
+        st, led, t = self._st, self._led, self.round
+        server_round = t + 1
+        todo = led.to_train(ids)
+        newly = set(led.send_model(todo).tolist())
+        messages, need_loss = [], set()
+        for k in todo.tolist():
+            node = st._node_of.get(k)
+            if node is None:
+                continue
+            cfg = ConfigRecord(dict(self._config))
+            cfg[P.ROUND] = t
+            cfg[P.PURPOSE] = "main"
+            cfg[P.MODEL_KIND] = "global"
+            cfg["server-round"] = server_round
+            cfg[P.NEED_LOSS] = not led.has_loss(k)
+            if cfg[P.NEED_LOSS]:
+                need_loss.add(k)
+            if k in newly:
+                content = RecordDict({"arrays": st._global_record, "config": cfg})
+            else:
+                cfg[P.CACHED] = True
+                content = RecordDict({"config": cfg})
+            messages.append(Message(content, node, P.TRAIN, group_id=str(server_round)))
+        gone = [k for k in todo.tolist() if k not in st._node_of]
+        if gone:
+            led.mark_failed(np.asarray(gone, dtype=np.int64))
+        st._count("train", messages, down=True)
+        sent = time.monotonic()
+        replies = list((yield TrainMessages(messages)) or [])
+        received = time.time()
+        if messages:
+            st._wall += time.monotonic() - sent
+        st._count("train", replies, down=False)
+        times = st._reply_times(messages, replies, received)
+        got = st._valid_replies(replies)
+        ok, updates, steps, grads, loss_ids, losses, evaluated = [], [], 0, 0, [], [], 0
+        for k in todo.tolist():
+            content = got.get(k)
+            if content is None or led.is_failed(k):
+                continue
+            try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
+                delta, s, g, buffer_deltas = st._parse_update(content, k)
+                loss = _parse_loss(content, float(st.max_abs_loss)) if k in need_loss else None
+            except Exception as exc:
+                _reject(led, k, "train", exc, st._rejected)
+                continue
+            if loss is not None:
+                loss_ids.append(k)
+                losses.append(loss[0])
+                evaluated += loss[1]
+            ok.append(k)
+            updates.append(delta)
+            self._buffer_deltas[k] = buffer_deltas
+            if k in times:
+                st._reply_seconds[k] = times[k]
+            steps += s
+            grads += g
+        missing = [k for k in todo.tolist() if k not in ok and not led.is_failed(k)]
+        if missing:
+            led.mark_failed(np.asarray(missing, dtype=np.int64))
+        if ok:
+            led.record_training(np.asarray(ok, dtype=np.int64), updates, steps=steps, sample_gradients=grads)
+        if loss_ids:
+            losses = st._clip_losses(loss_ids, losses, on_global=True)
+            led.record_losses(np.asarray(loss_ids, dtype=np.int64), np.asarray(losses), samples_evaluated=evaluated)
+        held = np.array([k for k in ids.tolist() if not led.is_failed(k) and led.trained(k)], dtype=np.int64)
+        ask = led.losses_to_ask(held) if held.size else held
+        if ask.size:
+            self.losses(ask)
+        keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
+        if st.update_norm_bound is not None and keep.any():  # the opt-in bound, before any weight
+            held_ids = ids[keep]
+            bounded, _ = st._bound_norms(held_ids, np.stack([np.asarray(led.update(int(k)), dtype=np.float32)
+                                                             for k in held_ids]), led)
+            clipped = dict(zip(held_ids.tolist(), bounded))
+            keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
+        else:
+            clipped = {}
+        reported = ids[keep]
+        led.upload(reported)
+        if not reported.size:
+            return Reports(reported, np.zeros((0, self._theta.size), np.float32), led.loss(reported),
+                           np.zeros(0, dtype=np.int64))
+        stacked = np.stack([clipped[int(k)] if int(k) in clipped else np.asarray(led.update(int(k)), dtype=np.float32)
+                            for k in reported])
+        if st.update_norm_bound is not None:  # the reference of later rounds' bounds
+            st._norm_history.extend(np.linalg.norm(stacked.astype(np.float64), axis=1).tolist())
+            del st._norm_history[:-50]
+        n_k = np.array([st._n_samples[int(k)] for k in reported], dtype=np.int64)
+        return Reports(reported, stacked, led.loss(reported), n_k)
+
+    def aggregate_buffers(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """The global buffers after averaging trained clients ``ids`` with ``weights``
+        (:func:`fedselect.aggregation.average_buffer_arrays`); empty for a model without buffers."""
         if not self._buffers:
             return {}
-        return _aggregate_buffers(self._buffers, [self._buffer_deltas[int(k)] for k in ids], weights)
+        return average_buffer_arrays(self._buffers, [self._buffer_deltas[int(k)] for k in ids], weights)
 
 
-def _aggregate_buffers(buffers: Mapping[str, np.ndarray], deltas: Sequence[Mapping[str, np.ndarray]],
-                       weights: Any) -> dict[str, np.ndarray]:
-    """The global buffers after a round, from the clients' reported differences ``b_k - b^t``.
-
-    :func:`fedselect.aggregation.average_buffer_deltas` (the simulator's arithmetic,
-    :func:`fedselect.simulation.engine.aggregate_buffers`, which computes the differences the
-    clients here send) on numpy arrays: the result is the simulator's to the last bit.
-    """
-    if not len(deltas):
-        return dict(buffers)
-    b = {name: torch.as_tensor(np.array(value)) for name, value in buffers.items()}
-    d = {name: torch.as_tensor(np.stack([np.asarray(x[name]) for x in deltas]))
-         for name, value in b.items() if value.dtype != torch.bool}
-    return {name: value.numpy() for name, value in average_buffer_deltas(b, d, weights).items()}
+#: The name tests/flower/test_buffers.py imports: the server's buffer arithmetic is fedselect.aggregation's.
+_aggregate_buffers = average_buffer_arrays
 
 
 def _test_metrics(evaluation: Mapping[str, float]) -> tuple[float | None, float | None]:
@@ -347,6 +482,9 @@ def _is_names(value: Any) -> bool:
 
 
 _BadReply = P.BadReply
+
+#: the exchanges a round waits on (its wall_seconds): oracle questions; training is timed by the transport
+_ROUND_KINDS = frozenset({"loss", "update", "trial"})
 
 #: counts a client reports (steps, sample gradients, samples evaluated) above this are not counts
 _MAX_COUNT = 2**53
@@ -444,6 +582,13 @@ class SelectorStrategy(Strategy):
        ``oracle.trial`` too);
     5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
        reported; evaluation is ``inner``'s.
+
+    Steps 2-5 are :func:`fedselect.round.play_round`, the simulator's round, played against a
+    :class:`FlowerOracle`: ``configure_train`` runs it until it asks to train the chosen
+    clients and returns those messages, ``aggregate_train`` resumes it with the replies. The
+    weights are :func:`fedselect.aggregation.aggregation_weights`', the buffers'
+    average :func:`fedselect.aggregation.average_buffer_arrays`'. Each round's record has the
+    measured ``wall_seconds`` and ``reply_seconds`` (:class:`FlowerRound`).
 
     The server trusts its own configuration, not its clients (:doc:`/security`). Every
     reply is checked before use: arrays against the model's layout (names, then each npy
@@ -644,6 +789,8 @@ class SelectorStrategy(Strategy):
         self._loss_history: dict[int, list[float]] = {}
         self._rejected: dict[int, str] = {}  # this round's rejected replies: client -> reason
         self._errors: list[str] = []  # this round's contained selector errors
+        self._wall = 0.0  # this round's measured seconds waiting on clients (wall_seconds)
+        self._reply_seconds: dict[int, float] = {}  # this round's training replies' measured seconds
         self.rounds_: list[FlowerRound] = []
         self._pending: dict[str, Any] | None = None
         self._traffic: dict[str, Traffic] = {}
@@ -658,11 +805,15 @@ class SelectorStrategy(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
+        """Start round ``server_round - 1``: :func:`fedselect.round.play_round` against a :class:`FlowerOracle`,
+        run until it asks to train the chosen clients; return those train messages."""
         start = time.perf_counter()
         t = int(server_round) - 1
         self._traffic = {}
         self._rejected = {}
         self._errors = []
+        self._wall = 0.0
+        self._reply_seconds = {}
         if not hasattr(self, "selector_"):
             self._setup(grid, arrays)
         else:
@@ -686,181 +837,128 @@ class SelectorStrategy(Strategy):
             n = len(live)
         n = min(n, N)
         oracle = FlowerOracle(self, grid, led, theta, config, buffers)
-        sel = self.selector_
+        state: dict[str, Any] = {"t": t, "ledger": led, "start": start, "dropped": False}
+        steps = play_round(
+            oracle, oracle, self.selector_, n, theta, round=t, n_clients=N,
+            after_aggregate=functools.partial(self._after_aggregate, state),
+            contain=functools.partial(self._contain, state),
+            apply=functools.partial(self._apply, int(server_round)),
+            **self._weight_rule(),
+        )
         try:
-            raw = sel.select(n, round=t, oracle=oracle)
-        except Exception as exc:
-            answered = led.answered().tolist()
-            if not answered:  # no client's answer reached the selector: the server's own fault
-                raise
-            # The selector learned from the clients' answers this round and failed on them: one of them
-            # may be hostile and the server cannot tell which. The round trains nobody; the server goes on.
-            note = (f"round {t}: {type(sel).__name__}.select raised {_why(exc)} after clients {answered[:20]} "
-                    "answered its questions; the round is skipped (model unchanged)")
-            log(ERROR, "fedselect: %s", note)
-            self._errors.append(note)
-            self._pending = {"t": t, "skipped": True, "ledger": led, "start": start}
+            request = next(steps)
+        except StopIteration:  # the selector raised after clients answered (contained): nobody trains
+            state["skipped"] = True
+            self._pending = state
             return []
-        selection = raw.validated(N, n, variable_size=bool(sel.variable_size), source=type(sel).__name__)
-        ids = selection.clients
-        todo = led.to_train(ids)
-        newly = set(led.send_model(todo).tolist())
-        messages, msg_client, need_loss = [], {}, set()
-        for k in todo.tolist():
-            node = self._node_of.get(k)
-            if node is None:
-                continue
-            cfg = ConfigRecord(dict(config))
-            cfg[P.ROUND] = t
-            cfg[P.PURPOSE] = "main"
-            cfg[P.MODEL_KIND] = "global"
-            cfg["server-round"] = int(server_round)
-            cfg[P.NEED_LOSS] = not led.has_loss(k)
-            if cfg[P.NEED_LOSS]:
-                need_loss.add(k)
-            if k in newly:
-                content = RecordDict({"arrays": arrays, "config": cfg})
-            else:
-                cfg[P.CACHED] = True
-                content = RecordDict({"config": cfg})
-            messages.append(Message(content, node, P.TRAIN, group_id=str(server_round)))
-            msg_client[node] = k
-        gone = [k for k in todo.tolist() if k not in self._node_of]
-        if gone:
-            led.mark_failed(np.asarray(gone, dtype=np.int64))
-        self._pending = {"t": t, "ledger": led, "selection": selection, "theta": theta, "todo": todo,
-                         "need_loss": need_loss, "oracle": oracle, "start": start}
-        self._count("train", messages, down=True)
-        return messages
+        if not isinstance(request, TrainMessages):  # pragma: no cover - the transport yields nothing else
+            raise RuntimeError(f"SelectorStrategy: the round yielded {type(request).__name__}, not train messages")
+        state["steps"] = steps
+        self._pending = state
+        return request.messages
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Finish the round with the train replies: the rest of :func:`fedselect.round.play_round` (checks,
+        weights, aggregation, the selector's update); the new model and the round's metrics."""
         st = self._pending
         if st is None or st["t"] != int(server_round) - 1:
             raise RuntimeError("SelectorStrategy.aggregate_train: call configure_train for this round first")
         self._pending = None
         replies = list(replies)
-        self._count("train", replies, down=False)
+        t, led = st["t"], st["ledger"]
         if st.get("skipped"):
-            self._finish(FlowerRound(round=st["t"], clients=[], failed=sorted(int(k) for k in st["ledger"].failed)),
-                         st["ledger"], st["start"])
+            self._count("train", replies, down=False)
+            self._finish(FlowerRound(round=t, clients=[], failed=sorted(int(k) for k in led.failed)), led,
+                         st["start"])
             return None, None
-        t, led, selection, theta = st["t"], st["ledger"], st["selection"], st["theta"]
-        got = self._valid_replies(replies)
-        ok, updates, steps, grads, loss_ids, losses, evaluated = [], [], 0, 0, [], [], 0
-        for k in st["todo"].tolist():
-            content = got.get(k)
-            if content is None or led.is_failed(k):
-                continue
-            try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
-                delta, s, g, buffer_deltas = self._parse_update(content, k)
-                loss = _parse_loss(content, float(self.max_abs_loss)) if k in st["need_loss"] else None
-            except Exception as exc:
-                _reject(led, k, "train", exc, self._rejected)
-                continue
-            if loss is not None:
-                loss_ids.append(k)
-                losses.append(loss[0])
-                evaluated += loss[1]
-            ok.append(k)
-            updates.append(delta)
-            st["oracle"]._buffer_deltas[k] = buffer_deltas
-            steps += s
-            grads += g
-        missing = [k for k in st["todo"].tolist() if k not in ok and not led.is_failed(k)]
-        if missing:
-            led.mark_failed(np.asarray(missing, dtype=np.int64))
-        if ok:
-            led.record_training(np.asarray(ok, dtype=np.int64), updates, steps=steps, sample_gradients=grads)
-        if loss_ids:
-            losses = self._clip_losses(loss_ids, losses, on_global=True)
-            led.record_losses(np.asarray(loss_ids, dtype=np.int64), np.asarray(losses), samples_evaluated=evaluated)
-        ids = selection.clients
-        # A chosen client whose update the server already held (trained for an oracle question) got no
-        # train message; its loss on w^t, if still unknown, is asked now (the cached model: no model down,
-        # one scalar up), as the simulator asks every reporter's unknown loss (SimulationOracle.run_selection).
-        held = np.array([k for k in ids.tolist() if not led.is_failed(k) and led.trained(k)], dtype=np.int64)
-        ask = led.losses_to_ask(held) if held.size else held
-        if ask.size:
-            st["oracle"].losses(ask)
-        keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
-        if self.update_norm_bound is not None and keep.any():  # the opt-in bound, before any weight
-            held_ids = ids[keep]
-            bounded, ok = self._bound_norms(held_ids, np.stack([np.asarray(led.update(int(k)), dtype=np.float32)
-                                                                for k in held_ids]), led)
-            clipped = dict(zip(held_ids.tolist(), bounded))
-            keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
-        else:
-            clipped = {}
-        reported = ids[keep]
-        led.upload(reported)
-        record = FlowerRound(round=t, clients=ids.tolist(), reported=reported.tolist(),
+        try:
+            st["steps"].send(replies)
+        except StopIteration as stop:
+            agg: Aggregate = stop.value
+        else:  # pragma: no cover - the transport yields once
+            raise RuntimeError("SelectorStrategy: the round asked for a second exchange after training")
+        fb = agg.feedback
+        record = FlowerRound(round=t, clients=agg.selection.clients.tolist(), reported=fb.clients.tolist(),
                              failed=sorted(int(k) for k in led.failed))
-        if reported.size == 0:
-            warnings.warn(f"SelectorStrategy: no chosen client reported in round {t}; the model is unchanged",
-                          FlowerRoundWarning, stacklevel=2)
+        if st["dropped"]:
             self._finish(record, led, st["start"])
             return None, None
-        stacked = np.stack([clipped[int(k)] if int(k) in clipped else np.asarray(led.update(int(k)), dtype=np.float32)
-                            for k in reported])
-        if self.update_norm_bound is not None:  # the reference of later rounds' bounds
-            self._norm_history.extend(np.linalg.norm(stacked.astype(np.float64), axis=1).tolist())
-            del self._norm_history[:-50]
-        n_k = np.array([self._n_samples[int(k)] for k in reported], dtype=np.int64)
-        weights = self._rule_weights(selection, keep)[keep]
+        record.weights = [float(w) for w in fb.weights]
+        self._finish(record, led, st["start"])
+        metrics = MetricRecord({
+            "fedselect-reported": int(fb.clients.size),
+            "fedselect-failed": len(record.failed),
+            "fedselect-train-loss-before": float(np.average(fb.losses, weights=fb.n_samples)),
+        })
+        return self._layout.record(agg.theta, agg.buffers), metrics
+
+    # -- the round's hooks (fedselect.round.play_round) ------------------------------------
+    def _weight_rule(self) -> dict[str, Any]:
+        """The keywords of :func:`fedselect.aggregation.aggregation_weights` for this server: its rule
+        (FedAvg's, ``"data-size"``, when ``aggregation`` is None: the buffers and the record use it while
+        ``inner`` combines the parameters), n_k from the hellos, ``partial_weights``."""
+        return {"rule": self.aggregation or "data-size", "n_samples": self._n_samples_array(),
+                "partial_weights": self.partial_weights}
+
+    def _apply(self, server_round: int, theta: np.ndarray, selection: Selection, reports: Reports,
+               weights: np.ndarray) -> np.ndarray | None:
+        """w^{t+1}: the reporters' weighted deltas (:func:`fedselect.aggregation.apply_deltas`), or, for a
+        selection without weights and ``aggregation=None``, ``inner``'s ``aggregate_train`` on the local
+        models ``w^t + delta`` with num-examples n_k times the selection count (None if it returns nothing)."""
         if selection.weights is not None or self.aggregation is not None:
-            new_theta = apply_deltas(theta, stacked, weights)
-        else:
-            counts = selection.counts[keep] if selection.counts is not None else np.ones(reported.size)
-            fake = []
-            for k, d, c in zip(reported.tolist(), stacked, counts):
-                content = RecordDict({  # the parameters only: buffers are averaged below, not by inner
-                    "arrays": self._layout.record(theta + d, parameters_only=True),
-                    "metrics": MetricRecord({P.NUM_EXAMPLES: int(self._n_samples[k] * c)}),
-                })
-                fake.append(Message(content, self._node_of.get(k, 0), P.TRAIN, group_id=str(server_round)))
-            agg, _ = self._inner.aggregate_train(server_round, fake)
-            if agg is None:
-                self._finish(record, led, st["start"])
-                return None, None
-            new_theta = self._layout.flatten(agg, "aggregated model")
-        new_buffers = st["oracle"].aggregated_buffers(reported, weights)
-        if not np.all(np.isfinite(new_theta)) or not all(
-                np.all(np.isfinite(b)) for b in new_buffers.values() if np.issubdtype(b.dtype, np.floating)):
+            return apply_deltas(theta, reports.updates, weights)
+        keep = np.isin(selection.clients, reports.clients)
+        counts = selection.counts[keep] if selection.counts is not None else np.ones(reports.clients.size)
+        fake = []
+        for k, d, c in zip(reports.clients.tolist(), reports.updates, counts):
+            content = RecordDict({  # the parameters only: buffers are averaged by the round, not by inner
+                "arrays": self._layout.record(theta + d, parameters_only=True),
+                "metrics": MetricRecord({P.NUM_EXAMPLES: int(self._n_samples[k] * c)}),
+            })
+            fake.append(Message(content, self._node_of.get(k, 0), P.TRAIN, group_id=str(server_round)))
+        agg, _ = self._inner.aggregate_train(server_round, fake)
+        return None if agg is None else self._layout.flatten(agg, "aggregated model")
+
+    def _after_aggregate(self, state: dict[str, Any], agg: Aggregate) -> bool:
+        """Whether the round stands (else it is dropped: model unchanged, the selector not taught): someone
+        reported, ``inner`` produced a model, and the aggregate is finite."""
+        t, reported = state["t"], agg.feedback.clients
+        if not reported.size:
+            warnings.warn(f"SelectorStrategy: no chosen client reported in round {t}; the model is unchanged",
+                          FlowerRoundWarning, stacklevel=2)
+        elif agg.theta is not None and not (np.all(np.isfinite(agg.theta)) and all(
+                np.all(np.isfinite(b)) for b in agg.buffers.values() if np.issubdtype(b.dtype, np.floating))):
             # Each update was finite and its squared norm fit in float32, so the sum overflowed: clients'
             # doing, not the server's. The round is dropped; update_norm_bound is what prevents it.
             note = (f"round {t}: the aggregate of clients {reported.tolist()[:20]} is not finite; the round is "
                     "dropped (model unchanged; update_norm_bound bounds update magnitudes)")
             log(ERROR, "fedselect: %s", note)
             self._errors.append(note)
-            self._finish(record, led, st["start"])
-            return None, None
-        record.weights = [float(w) for w in weights]
-        needs = self.selector_.needs
-        feedback = RoundFeedback(
-            round=t,
-            clients=reported,
-            weights=np.asarray(weights, dtype=np.float64),
-            losses=led.loss(reported),
-            n_samples=n_k,
-            updates=stacked if "updates" in needs else None,
-            global_before=theta if "global" in needs else None,
-            global_after=new_theta if "global" in needs else None,
-        )
-        try:
-            self.selector_.update(feedback)
-        except Exception as exc:  # fed by the clients' reports: logged and contained, the round stands
-            note = (f"round {t}: {type(self.selector_).__name__}.update raised {_why(exc)} on the feedback of "
+        elif agg.theta is not None:
+            return True
+        state["dropped"] = True
+        return False
+
+    def _contain(self, state: dict[str, Any], step: str, exc: Exception, agg: Aggregate | None) -> bool:
+        """Whether a selector's exception is contained: one in ``select`` after clients answered its questions
+        (one of them may be hostile and the server cannot tell which: the round trains nobody), and any in
+        ``update`` (fed by the clients' reports: the round stands, the selector does not learn from it).
+        Logged, and kept in the round's ``errors``. One in ``select`` before any answer is the server's."""
+        t, name = state["t"], type(self.selector_).__name__
+        if step == "select":
+            answered = state["ledger"].answered().tolist()
+            if not answered:
+                return False
+            note = (f"round {t}: {name}.select raised {_why(exc)} after clients {answered[:20]} "
+                    "answered its questions; the round is skipped (model unchanged)")
+        else:
+            reported = agg.feedback.clients if agg is not None else np.zeros(0, dtype=np.int64)
+            note = (f"round {t}: {name}.update raised {_why(exc)} on the feedback of "
                     f"clients {reported.tolist()[:20]}; the selector did not learn from this round")
-            log(ERROR, "fedselect: %s", note)
-            self._errors.append(note)
-        self._finish(record, led, st["start"])
-        metrics = MetricRecord({
-            "fedselect-reported": int(reported.size),
-            "fedselect-failed": len(record.failed),
-            "fedselect-train-loss-before": float(np.average(feedback.losses, weights=n_k)),
-        })
-        return self._layout.record(new_theta, new_buffers), metrics
+        log(ERROR, "fedselect: %s", note)
+        self._errors.append(note)
+        return True
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -1097,13 +1195,49 @@ class SelectorStrategy(Strategy):
                        model_size=layout.size if layout is not None else 0, config=config)
 
     # -- helpers ----------------------------------------------------------------------
-    def _exchange(self, grid: Grid, messages: list[Message], timeout: float, kind: str) -> list[Message]:
+    def _exchange(self, grid: Grid, messages: list[Message], timeout: float, kind: str,
+                  times: dict[int, float] | None = None) -> list[Message]:
+        """Send ``messages`` and wait for the replies (counted as ``kind``'s traffic). The exchange's
+        seconds count toward the round's ``wall_seconds`` for the round's own kinds (oracle questions);
+        ``times``, if given, receives each reply's seconds by client (:meth:`_reply_times`)."""
         if not messages:
             return []
         self._count(kind, messages, down=True)
+        sent = time.monotonic()
         replies = list(grid.send_and_receive(messages, timeout=float(timeout)))
+        received = time.time()
+        if kind in _ROUND_KINDS:
+            self._wall += time.monotonic() - sent
         self._count(kind, replies, down=False)
+        if times is not None:
+            times.update(self._reply_times(messages, replies, received))
         return replies
+
+    def _reply_times(self, messages: Sequence[Message], replies: Iterable[Message],
+                     received: float) -> dict[int, float]:
+        """Seconds from sending each message to its reply, by client id (mapped nodes, no error replies).
+
+        The reply's ``created_at`` (the client node's clock, its claim) minus the message's,
+        bounded to [0, ``received`` minus the message's] (``received``: the server's clock when
+        the replies arrived); that bound when the reply's timestamp is not a finite number.
+        """
+        sent: dict[int, float] = {}
+        for m in messages:
+            sent[int(m.metadata.dst_node_id)] = float(m.metadata.created_at)
+        out: dict[int, float] = {}
+        for msg in replies:
+            try:  # a reply's metadata is the client's: anything odd in it only loses this measurement
+                node = int(msg.metadata.src_node_id)
+                k = self._client_of.get(node)
+                if k is None or node not in sent or msg.has_error():
+                    continue
+                bound = max(received - sent[node], 0.0)
+                made = msg.metadata.created_at
+                ok = isinstance(made, (int, float)) and not isinstance(made, bool) and np.isfinite(made)
+                out[k] = min(max(float(made) - sent[node], 0.0), bound) if ok else bound
+            except Exception:
+                continue
+        return out
 
     def _count(self, kind: str, messages: Iterable[Message], *, down: bool) -> None:
         tr = self._traffic.setdefault(kind, Traffic())
@@ -1277,11 +1411,6 @@ class SelectorStrategy(Strategy):
             del past[:-20]
         return vals.tolist()
 
-    def _rule_weights(self, selection: Selection, reported: Any = None) -> np.ndarray:
-        """:func:`fedselect.aggregation.aggregation_weights` with this server's rule (FedAvg's for ``None``)."""
-        return aggregation_weights(selection, reported, rule=self.aggregation or "data-size",
-                                   n_samples=self._n_samples_array(), partial_weights=self.partial_weights)
-
     def _n_samples_array(self) -> np.ndarray:
         """n_k of clients 0..N-1 (from their first usable hello)."""
         return np.array([self._n_samples[k] for k in range(int(self.n_clients_))], dtype=np.int64)
@@ -1290,6 +1419,8 @@ class SelectorStrategy(Strategy):
         record.costs = copy.copy(led.costs)
         record.traffic = dict(self._traffic)
         record.seconds = time.perf_counter() - start
+        record.wall_seconds = float(self._wall)
+        record.reply_seconds = dict(self._reply_seconds)
         record.rejected = dict(self._rejected)
         record.errors = list(self._errors)
         self.rounds_.append(record)

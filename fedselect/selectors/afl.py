@@ -50,10 +50,8 @@ class ActiveFLSelector(BaseSelector):
     inflates its loss gets a valuation no honest client reaches (see the Flower strategy's
     ``loss_clip_quantile`` and the docs' security model).
 
-    **Clients that do not answer** a loss query (NaN, see :class:`~fedselect.ClientOracle`)
-    keep no valuation and are asked again in the next round; until then they rank lowest
-    (they are most likely unreachable), so they can only come in through the uniform part
-    of the draw.
+    **Costs.** One loss from every client at the first :meth:`select` (N models down, N scalars up, once);
+    afterwards nothing beyond the round. Clients that do not answer a loss query: :ref:`selector_afl`.
 
     Parameters
     ----------

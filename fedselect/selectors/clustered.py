@@ -119,118 +119,46 @@ def allocate(
 class ClusteredSamplingSelector(BaseSelector):
     """Clustered sampling (Fraboni, Vidal, Kameni and Lorenzi [1]_, ICML 2021).
 
-    The ``n = m`` places of a round are m independent draws, draw j from its own
-    distribution ``r_j`` over the clients; client k has probability ``r_{j,k}`` in
-    distribution j. The distributions satisfy (the paper's Section 3, conditions of Proposition 1)
+    The ``n = m`` places of a round are m independent draws, draw j from its own distribution ``r_j`` over the
+    clients, with (Section 3, Proposition 1)
 
     * ``sum_k r_{j,k} = 1`` for every j, and
     * ``sum_j r_{j,k} = m p_k`` for every client k,
 
-    so with the aggregation weight ``1/m`` for every draw (duplicates are merged by
-    the runtime and their weights summed) the aggregate is unbiased:
-    ``E[sum_j (1/m) delta_{k_j}] = sum_k p_k delta_k``, full participation's update
-    (Proposition 1); compared with multinomial (MD) sampling, its aggregation weights
-    have a smaller variance (Theorem 1). The selection may hold fewer than m distinct
-    clients (``variable_size`` is True).
+    so with the weight ``1/m`` for every draw (duplicates merged, their weights summed) the aggregate is unbiased,
+    ``E[sum_j (1/m) delta_{k_j}] = sum_k p_k delta_k`` (Proposition 1), and its weights have a smaller variance
+    than multinomial sampling's (Theorem 1). A selection may hold fewer than m distinct clients.
+    ``method="size"`` (Algorithm 1) pours the masses ``m p_k``, largest first, into distributions 1, ..., m in
+    turn. ``method="similarity"`` (Algorithm 2) takes each client's latest update as its representative
+    gradient, builds a hierarchical clustering of the representatives (``linkage`` on their ``distance``), cuts
+    it where a cluster's weight would exceed 1/m and fills the distributions from the clusters. The algorithms
+    in detail, the readings of the official code, clients that do not answer and the scale:
+    :ref:`selector_clustered`.
 
-    ``method="size"`` (Algorithm 1, "clustered sampling based on sample size")
-        Clients are taken by decreasing ``p_k`` (ties by id) and their masses ``m p_k``
-        are poured into distributions 1, 2, ..., m in turn, each filled up to 1
-        before the next; a client is split across two (or, if ``m p_k > 1``, more)
-        consecutive distributions when it does not fit. Built at the first round (and
-        again only if ``n`` changes).
-    ``method="similarity"`` (Algorithm 2, "clustered sampling based on model similarity")
-        Each client's *representative gradient* is its latest update ``w_k - w^t``,
-        received the last time it trained (``needs = {"updates"}``: no extra training).
-        Before a round whose representatives changed, the server computes the N x N
-        distances between representatives (``distance``), builds the hierarchical
-        clustering tree (``scipy.cluster.hierarchy.linkage``, method ``linkage``), and
-        cuts it where a cluster's total weight would exceed 1/m (the official code
-        relabels every merge with the merged weight and cuts at 1/m). There are at least
-        m clusters; the m heaviest each start a distribution and the clients of the
-        others (clusters by increasing weight, clients within a cluster in random
-        order, as in the official code) fill the remaining room as in Algorithm 1. A
-        single client heavier than 1/m is a cluster of its own and takes whole
-        distributions first. Clients of one cluster thus compete for one distribution,
-        and dissimilar clients tend to be drawn together.
-
-    Representatives of clients that have not trained yet (**choice**, parameter ``init``):
-
-    ``"zeros"`` (default; the official code, ``get_gradients(model, [model] * K)``)
-        they are zero vectors. The official cosine distance of a zero vector to
-        anything is 0, so unseen clients look alike to everyone; in round 0 all
-        distances are 0, the tree is arbitrary (scipy's order of ties) and the
-        allocation no better than Algorithm 1's. No extra cost.
-    ``"probe"``
-        in the first round every client's local update is requested through
-        ``oracle.local_updates`` (N trainings, paid and recorded; the clients then
-        drawn are not trained again), so the first clustering already sees everyone.
-    ``"size"``
-        Algorithm 1 is used until every client has reported once, then Algorithm 2.
-
-    The paper's "similarity matrix" is read, by default, as the distances between
-    clients (``linkage_input="distances"``: its condensed form is passed to scipy).
-    The official code passes the square matrix itself, which scipy treats as N
-    observations whose features are the rows of distances (Euclidean between rows);
-    ``linkage_input="rows"`` reproduces that.
-
-    Memory and time of ``method="similarity"``: one float32 representative per client
-    (``4 N D`` bytes) and an N x N Gram matrix, refreshed in O(``|S|`` N D) per round for
-    the ``|S|`` clients that reported; the clustering itself is O(N^2) to O(N^3) (scipy).
-
-    **Scale.** The dense similarity does not scale: the Gram matrix, the distance matrix, the
-    cosines and their temporaries (float64) and scipy's condensed copy come to about
-    ``40 N^2`` bytes when the tree is rebuilt (every round in which a representative
-    changed), 24 GB at N = 24,500 (4 GB at N = 10,000, 400 GB at N = 100,000), and the
-    linkage takes O(N^2) time or more per rebuild. ``similarity="knn"`` keeps a sparse
-    graph instead: each client's ``n_neighbors`` nearest representatives (by ``distance``)
-    with their exact current distances, and cuts the single-linkage tree of that graph
-    (built from its minimum spanning tree, ``scipy.sparse.csgraph``) exactly as above, where
-    a cluster would outweigh 1/m. Only single linkage follows from the graph alone (the
-    merge order of the others needs distances the graph lacks), so ``linkage="single"`` is
-    required; with ``n_neighbors = N - 1`` the graph is complete and the clusters are those of
-    the dense single-linkage tree. Memory: ``16 N k`` bytes for the graph besides the
-    ``4 N D`` of the representatives. Time: when ``|S|`` representatives change, their
-    distances to all N clients (O(``|S|`` N D)) give them new exact neighbour lists and are
-    offered to every other client's list (kept if nearer than its farthest neighbour; a
-    neighbour that moved away keeps its place with its new distance until that client
-    reports again, so lists are exact when built and approximate after); the tree is then
-    O(N k log N). With ``init="zeros"`` (all representatives zero, all distances 0) the
-    first graph costs nothing; ``init="probe"`` builds it from all N representatives in
-    O(N^2 D) time, in blocks of 128 clients.
-
-    **Clients that do not answer** the probe of ``init="probe"`` (NaN rows, see
-    :class:`~fedselect.ClientOracle`) keep no representative yet and are probed again in the
-    next round; until then they are clustered as ``init="zeros"`` treats unseen clients.
-    The draw itself does not avoid them: clustered sampling never asks who is reachable,
-    so a chosen client that fails simply does not report.
+    **Costs.** Algorithm 1: nothing. Algorithm 2: nothing beyond the updates chosen clients send anyway
+    (``init="probe"``: N local trainings in the first round); on the server ``4 N D`` bytes of representatives and,
+    with the dense similarity, about ``40 N^2`` bytes and O(N^2) time or more at each rebuild of the tree
+    (``similarity="knn"``: ``16 N k`` bytes).
 
     Parameters
     ----------
     method : {"size", "similarity"}, default="size"
         Algorithm 1 or Algorithm 2.
     linkage : str, default="ward"
-        The ``scipy.cluster.hierarchy.linkage`` method of Algorithm 2 (the paper uses
-        Ward's): one of "ward", "single", "complete", "average", "weighted",
-        "centroid", "median". Ward, centroid and median linkage assume Euclidean
-        distances; the arccos angles of ``distance="cosine"`` are not Euclidean, so with
-        ``linkage_input="distances"`` the tree is Ward's update rule applied outside its
-        assumptions (as in the paper's code). The cut uses cluster weights, not merge
-        heights, so only the tree's shape matters; ``linkage_input="rows"`` (each row
-        of the distance matrix as a Euclidean feature vector) or an "average" linkage
-        avoids the issue.
+        The ``scipy.cluster.hierarchy.linkage`` method of Algorithm 2 (the paper's is Ward's): "ward", "single",
+        "complete", "average", "weighted", "centroid" or "median" (see :ref:`clustered-readings`).
     distance : {"cosine", "l2", "l1"}, default="cosine"
-        Distance between representative gradients: the angle ``arccos`` of their
-        cosine similarity (the paper's and the official code's "cosine"), the Euclidean
-        distance, or the L1 distance. (The official code's "L2" is the *squared*
-        Euclidean distance, which gives the same single/complete trees.)
+        Distance between representative gradients: the angle ``arccos`` of their cosine similarity (the paper's
+        and the official code's), the Euclidean distance, or the L1 distance.
     init : {"zeros", "probe", "size"}, default="zeros"
-        Representatives of clients not seen yet (see above).
+        Representatives of clients not seen yet: zero vectors (the official code), every client's update probed
+        in the first round, or Algorithm 1 until every client has reported (see :ref:`clustered-readings`).
     linkage_input : {"distances", "rows"}, default="distances"
-        How the distance matrix is handed to scipy (see above; the dense similarity only).
+        How the distance matrix is handed to scipy: condensed distances, or its rows as Euclidean feature vectors
+        (the official code; see :ref:`clustered-readings`). The dense similarity only.
     similarity : {"dense", "knn"}, default="dense"
-        Algorithm 2's similarity: all N x N distances (the paper) or a k-nearest-neighbour
-        graph with single linkage (see Scale; needs ``linkage="single"``).
+        Algorithm 2's similarity: all N x N distances (the paper) or a k-nearest-neighbour graph with single
+        linkage (needs ``linkage="single"``; see :ref:`clustered-scale`).
     n_neighbors : int, default=10
         k of ``similarity="knn"`` (clipped to N - 1); ignored by the dense similarity.
     random_state : None, int or numpy RandomState, default=None
@@ -314,7 +242,6 @@ class ClusteredSamplingSelector(BaseSelector):
         "n_neighbors": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
-    _params_added_later: ClassVar[dict[str, Any]] = {"similarity": "dense", "n_neighbors": 10}
 
     def _validate_params(self) -> None:
         super()._validate_params()

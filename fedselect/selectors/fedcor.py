@@ -88,92 +88,27 @@ class FitRecord:
 class FedCorSelector(BaseSelector):
     """FedCor: choose the clients whose training most lowers the expected global loss under a GP.
 
-    The loss changes of all N clients in one round are modelled as a Gaussian process over
-    clients (Tang et al. [1]_, Eq. 8), ``dl ~ N(mu, Sigma)`` with ``Sigma = X^T X + s_n^2 I``:
-    a homogeneous linear kernel on learnable client embeddings ``X in R^{d x N}`` (Eq. 14)
-    plus a fixed noise ``s_n``. Clients with similar data get correlated loss changes, and
-    the selection prefers clients that are correlated with many others but not with each
-    other (Lemma 2).
+    The loss changes of all N clients in one round, ``dl^t = l(w^{t+1}) - l(w^t)``, are a Gaussian process over clients
+    (Tang et al. [1]_, Eqs. 8 and 14): ``dl ~ N(mu, Sigma)``, ``Sigma = X^T X + s_n^2 I``, with learnable client
+    embeddings ``X in R^{d x N}`` and a fixed noise s_n. Selection (Algorithm 1, Eqs. 9 and 11) starts from
+    ``S = Sigma`` and picks n clients greedily, ``k* = argmax_k alpha_k sum_i p_i S_ik / sqrt(S_kk)``, then
+    ``S <- S - S_{:,k*} S_{k*,:} / S_{k*k*}``, with the annealing factor ``alpha_k = beta^tau_k`` (tau_k: times k was
+    chosen). Fitting (Eq. 17) runs Adam on ``Phi_t(X) = sum_{m=0..M} gamma^m log p(dl^{t - m Dt} | X)``,
+    ``gamma = theta^Dt``. Schedule (Algorithm 2), W = ``warmup_rounds``, Dt = ``gp_interval``: rounds 0..W choose
+    uniformly, observe every client's loss and refit X after each new vector; later rounds run Algorithm 1, and each
+    round ``t > W`` with ``t % Dt == 0`` resets alpha, runs one trial on n random clients and refits X. The chosen
+    models are averaged uniformly (Eq. 4): no weights are returned. Details, the official code's readings
+    (:data:`CODE_2022`) and the scale: :ref:`selector_fedcor`.
 
-    **Schedule** (Algorithm 2 and appendix C of [1]_), with W = ``warmup_rounds``,
-    Dt = ``gp_interval`` and s = ``warmup_fit_start`` (0 by default):
-
-    - Rounds ``0..W`` (warm-up): ``n`` clients uniformly at random without replacement.
-      Every client's loss on the global model is observed at the start of rounds
-      ``s..W+1`` through ``oracle.losses`` (paid), so the select call of round ``t``
-      (``s + 1 <= t <= W+1``) forms ``dl^{t-1} = l(w^t) - l(w^{t-1})`` and fits X with
-      ``warmup_iters`` Adam steps on Eq. (17) with Dt = 1 and M = ``warmup_history``: the
-      vectors of rounds ``t-1, ..., max(t-1-M, s)``, a vector of age a weighted ``theta^a``.
-    - Rounds ``t > W``: Algorithm 1 with ``alpha_k = beta^tau_k`` (Eq. 9), then the chosen
-      clients' ``alpha_k`` are multiplied by ``beta`` (Algorithm 2, line 14).
-    - GP rounds ``t > W`` with ``t % Dt == 0``: every ``alpha_k`` is reset to 1 (line 9),
-      ``oracle.trial`` runs once on ``n`` uniformly random clients (paid: the trial is
-      trained and evaluated on every client but not applied; S = 1), its vector joins the
-      history, and X is refitted with ``gp_iters`` steps on Eq. (17) with M = ``history``:
-      the vectors of rounds ``t, t - Dt, ..., t - M Dt`` weighted ``theta^(m Dt)``
-      (``gamma = theta^Dt``, appendix C; ``gp_history="latest"``: the M + 1 most recent
-      vectors instead). The round then still trains an Algorithm-1 selection.
-
-    If ``select`` is first called after round W (or rounds were skipped so that no vector
-    could be formed), the selector keeps observing losses and choosing uniformly until its
-    first fit: Algorithm 1 never runs on an untrained GP.
-
-    **Readings.** The defaults are the paper's text (Algorithm 1 with Eq. 11, M = 10 warm-up
-    vectors from round 0, theta of appendix C), which the official code after its February
-    2023 refactor also selects by. The code behind the paper's Table 1 (July 2022, commit
-    8ce23fb) differs in five settings, each a parameter: ``theta=0.8`` (its FMNIST command
-    leaves ``--GPR_gamma`` at 0.8), ``gp_history="latest"``, ``posterior_noise=True``,
-    ``warmup_fit_start=10`` (its ``gpr_begin``) and ``anneal_before_fit_start=True``; the
-    dictionary :data:`CODE_2022` holds them. Its GP rounds fall one round later than ours
-    (``t % Dt == 1`` in this numbering). ``schedule="readme2023"`` follows the 2023 README:
-    one 1000-iteration fit when the last warm-up vector arrives, every fit on the vectors of
-    the last 100 rounds weighted 0.95 per round (replacing ``warmup_iters``,
-    ``warmup_history``, ``history``, ``gp_history`` and ``theta``); with
-    ``update_mean=True, beta=0.95`` it is the README's FMNIST command. Every selection
-    after the warm-up is annealed under every setting. The docs page sets out each reading
-    against the official code and what was run with it.
-
-    **Aggregation.** FedCor averages the chosen clients' models with equal weights (Eq. 4),
-    so no weights are returned and the trainer aggregates by its own rule; the FedCor
-    presets set the trainer's ``aggregation="mean"``. :meth:`update` learns nothing: every
-    loss the GP needs comes through the oracle.
-
-    **Clients that do not answer** (NaN answers of the oracle, see
-    :class:`~fedselect.ClientOracle`): a loss-change vector keeps NaN where a client did not
-    answer in either of its two rounds, and the GP's likelihood of that vector is the
-    exact marginal over the clients that did (``X_o^T X_o + s_n^2 I`` on the observed
-    clients), so a missing answer neither biases X nor stops the schedule; a vector with
-    fewer than two answers is dropped, and a fit whose window holds no vector keeps the
-    current X. Not in the paper, which assumes every client answers.
-
-    **Costs.** Warm-up: N losses per round for ``W + 2 - s`` rounds. Each GP round: one trial
-    (``n`` local trainings, N models down, N losses up). Nothing else.
-
-    **Scale.** The paper's GP is over all N clients, but its kernel ``X^T X + s_n^2 I`` is
-    low rank plus diagonal, so nothing needs the N x N covariance (80 GB in float64 at
-    N = 100,000). The GP is a GPyTorch ``MultivariateNormal`` over a
-    ``LowRankRootAddedDiagLinearOperator``: an Adam step on M vectors costs
-    O(N d^2 + N d M) time (Woodbury identity and matrix determinant lemma on a d x d
-    Cholesky factor) and O(N (d + M)) memory, and selection is O(N (d + n)) per pick
-    (Sigma minus accumulated rank-one terms); this is the paper's model computed exactly,
-    not an approximation. The state is X (N x d; during a fit also its gradient and Adam's two
-    moments), the annealing factors and the last losses (N each) and at most
-    ``max(warmup_history, history * gp_interval) + 1`` loss-change vectors (N each): about
-    ``8 N (4 d + 13)`` bytes at the defaults, 58 MB at N = 100,000, so no N breaks it before
-    the federation itself does. Time is what grows: over a 500-round FMNIST schedule (W = 15, Dt = 10) the
-    warm-up fits take 16 x 150 Adam steps and the 48 GP rounds 100 steps each, plus the
-    warm-up's N losses per round and each GP round's trial evaluated on all N clients;
-    ``gp_solver="closed-form"`` computes the same likelihood and its gradient in O(N d^2)
-    without GPyTorch's autograd graph (see the parameter). Measured seconds per round at
-    N = 1,000 to 100,000: ``benchmarks/bench_scale.py`` (and ``benchmarks/bench_fedcor_gp.py``
-    for the fit alone); the results are on the reproductions page.
+    **Costs.** Warm-up: N losses per round (N models down, N scalars up) for ``W + 2 - warmup_fit_start`` rounds;
+    each GP round: one trial (n local trainings, N models down, N losses up); nothing else. Server: an Adam step on M
+    vectors O(N d^2 + N d M), a pick O(N (d + n)), about ``8 N (4 d + 13)`` bytes of state (no N x N matrix).
 
     Parameters
     ----------
     rank : int, default=15
-        d, the embedding dimension (appendix C: d = 15). **choice**: a federation with
-        ``N <= rank`` clients uses ``rank_ = max(N - 1, 1)`` with a ``UserWarning`` (the paper
-        requires d < N; a larger d only adds redundant parameters).
+        d, the embedding dimension (appendix C). A federation with ``N <= rank`` clients uses
+        ``rank_ = max(N - 1, 1)`` with a ``UserWarning`` (the paper requires d < N).
     warmup_rounds : int, default=15
         W, the last warm-up round (15 for FMNIST, 20 for CIFAR-10; Sec. 5.1).
     gp_interval : int, default=10
@@ -181,8 +116,8 @@ class FedCorSelector(BaseSelector):
     beta : float, default=0.95
         The annealing coefficient of Eq. (9) in (0, 1] (0.95 FMNIST, 0.9 CIFAR-10; 1 disables annealing).
     theta : float, default=0.9
-        The per-round discount of old vectors, ``gamma = theta^Dt`` in Eq. (17) (appendix C:
-        0.9 FMNIST, 0.99 CIFAR-10; the 2022 code ran 0.8 and 0.97).
+        The per-round discount of old vectors, ``gamma = theta^Dt`` in Eq. (17) (appendix C: 0.9 FMNIST,
+        0.99 CIFAR-10; the 2022 code ran 0.8 and 0.97).
     warmup_history : int, default=10
         M of Eq. (17) in the warm-up phase (appendix C: M = 10, i.e. 11 vectors).
     history : int, default=1
@@ -196,44 +131,26 @@ class FedCorSelector(BaseSelector):
     noise : float, default=0.01
         s_n, the fixed noise standard deviation of the kernel (the official code).
     update_mean : bool, default=False
-        Fit with ``mu_k`` = the discounted mean of client k's loss changes in the fit's
-        vectors (the 2023 code) instead of ``mu = 0`` (the paper, footnote 1). It changes
-        the likelihood and so X; the selection itself does not depend on mu.
+        Fit with ``mu_k`` the discounted mean of client k's loss changes (the 2023 code) instead of ``mu = 0``
+        (the paper, footnote 1); it changes X, not the selection rule.
     schedule : {"paper", "readme2023"}, default="paper"
-        Which GP-fitting schedule to follow (see Readings).
+        The GP-fitting schedule: the paper's, or the official code's 2023 README (see :ref:`fedcor-readings`).
     gp_history : {"rounds", "latest"}, default="rounds"
-        Which older vectors a GP round's fit uses: those of rounds ``t - m Dt`` (Eq. 17 read
-        literally) or the M most recent ones before the trial, weighted ``gamma^m`` by
-        position (the 2022 code; at the first GP round the older vector is then the last
-        warm-up vector). Ignored by ``schedule="readme2023"``.
+        A GP round's older vectors: those of rounds ``t - m Dt`` (Eq. 17) or the M most recent ones (the 2022
+        code); ignored by ``schedule="readme2023"`` (see :ref:`fedcor-readings`).
     posterior_noise : bool, default=False
-        Condition Algorithm 1 on *noisy* predictions, as the 2022 code does: start from
-        ``X^T X`` and divide by ``S_kk + s_n^2`` (see
-        :func:`fedselect.selectors._gp.greedy_select`). The default follows Eq. (11).
+        Condition Algorithm 1 on noisy predictions (start from ``X^T X``, divide by ``S_kk + s_n^2``), as the
+        2022 code does; the default follows Eq. (11).
     warmup_fit_start : int, default=0
-        s, the first round whose loss change the warm-up observes and fits (at most W): no
-        loss is asked for before round s, the first fit is at round s + 1 and no warm-up fit
-        sees a vector older than round s. The 2022 code's ``gpr_begin`` is 10: on the FMNIST
-        schedule its warm-up fits use at most 6 vectors (rounds 10-15) where the default's use
-        up to 11.
+        s, the first round whose loss change the warm-up observes and fits, at most W (the 2022 code's
+        ``gpr_begin``, 10; see :ref:`fedcor-readings`).
     anneal_before_fit_start : bool, default=False
-        Multiply by ``beta`` the factors ``alpha_k`` of the clients chosen uniformly in rounds
-        ``0..s-1``, as the 2022 code's annealing branch does there; they then weigh the
-        Algorithm-1 selections until the first GP round's reset (rounds W + 1 to the first
-        multiple of Dt). Does nothing when s = 0.
+        Anneal the clients chosen uniformly in rounds ``0..s-1``, as the 2022 code does; nothing when s = 0.
     gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
-        How each Adam step evaluates the objective of Eq. (17): through the GPyTorch model
-        (the default; every recorded result used it), or by the same Woodbury and
-        determinant-lemma formulas written out in torch with the per-fit constants
-        (``r^T r``, the residuals) computed once per fit
-        (:meth:`fedselect.selectors._gp.LossChangeGP.closed_form_objective`). Both give the
-        paper's exact likelihood and gradient (they agree to about 1e-14 relative); the
-        closed form skips linear_operator's generic machinery (the time it saves is measured
-        by ``benchmarks/bench_scale.py``). Float rounding differs, so a run
-        with it is not bit-for-bit the default's (the GP and, rarely, a selection may differ).
+        Evaluate Eq. (17) through GPyTorch (every recorded result) or by the same formulas written out in torch:
+        the same likelihood, faster at large N, not bit-for-bit the default's run (see :ref:`fedcor-scale`).
     random_state : None, int or numpy RandomState, default=None
-        Seeds the warm-up and trial choices and, through a torch Generator, the initial
-        embeddings drawn from N(0, 1/d).
+        Seeds the warm-up and trial choices and, through a torch Generator, the initial embeddings (N(0, 1/d)).
 
     Attributes
     ----------
@@ -258,23 +175,19 @@ class FedCorSelector(BaseSelector):
 
     References
     ----------
-    .. [1] Tang, M., Ning, X., Wang, Y., Sun, J., Wang, Y., Li, H., Chen, Y. "FedCor:
-       Correlation-Based Active Client Selection Strategy for Heterogeneous Federated
-       Learning." CVPR 2022 (Eq. 17; appendix C for d, M, theta, W and Dt).
-    .. [2] The official code, https://github.com/Yoruko-Tang/FedCor: ``src/federated_main.py``
-       and ``src/GPR.py`` as of July 2022 (the code behind the paper, :data:`CODE_2022`) and
-       after the February 2023 refactor (``schedule="readme2023"``).
+    .. [1] Tang, M., Ning, X., Wang, Y., Sun, J., Wang, Y., Li, H., Chen, Y. "FedCor: Correlation-Based Active Client
+       Selection Strategy for Heterogeneous Federated Learning." CVPR 2022 (appendix C: d, M, theta, W and Dt).
+    .. [2] The official code, https://github.com/Yoruko-Tang/FedCor: ``src/federated_main.py`` and ``src/GPR.py``
+       as of July 2022 (:data:`CODE_2022`) and after the February 2023 refactor (``schedule="readme2023"``).
 
     Examples
     --------
     >>> from fedselect.selection import ClientPool
     >>> from fedselect.testing import SyntheticOracle
-    >>> oracle = SyntheticOracle(20, random_state=0)
     >>> sel = FedCorSelector(warmup_rounds=2, warmup_iters=20, gp_iters=20, rank=3, random_state=0)
-    >>> sel = sel.fit(ClientPool([10] * 20))
+    >>> sel, oracle = sel.fit(ClientPool([10] * 20)), SyntheticOracle(20, random_state=0)
     >>> for t in range(5):
-    ...     chosen = sel.select(4, round=t, oracle=oracle)
-    ...     _ = oracle.run_round(chosen)
+    ...     _ = oracle.run_round(sel.select(4, round=t, oracle=oracle))
     >>> sel.embeddings_.shape
     (3, 20)
     """
@@ -349,8 +262,6 @@ class FedCorSelector(BaseSelector):
         "gp_solver": [StrOptions(_gp.SOLVERS)],
         "random_state": ["random_state"],
     }
-    _params_added_later: ClassVar[dict[str, Any]] = {"gp_solver": "gpytorch", "warmup_fit_start": 0,
-                                                     "anneal_before_fit_start": False}
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -522,9 +433,13 @@ class FedCorSelector(BaseSelector):
     def _check_gp_fit(self, t: int, kind: str, result: _gp.FitResult) -> None:
         """A fit whose objective is not finite is an error; one that ends worse than it began, a warning.
 
-        Adam with a fitting step decreases the weighted negative log-likelihood of Eq. (17); an
-        increase of more than 5 % of its magnitude (and 1 nat) means the steps overshoot, i.e.
-        gp_lr is too large for these loss changes, and the selections that follow use a bad GP.
+        Worse: the weighted negative log-likelihood of Eq. (17) ends more than 5 % of its magnitude
+        (and 1 nat) above where the fit started. Each fit restarts Adam (as the official code does);
+        its first step moves every coordinate of X by about ``gp_lr``, which throws an X that
+        already fits well out of the likelihood's narrow optimum, and the fit's steps may not bring
+        it back. The run keeps the X the fit ended with, as FedCor does. With the paper's gp_lr this
+        happens on a few fits of a run, more often with a larger one. The docs page's "GP fits that
+        end worse than they started" has the measurements.
         """
         if not np.isfinite(result.nll) or not np.isfinite(self._gp.root.detach().numpy()).all():
             raise FloatingPointError(
@@ -536,8 +451,14 @@ class FedCorSelector(BaseSelector):
         if np.isfinite(start) and result.nll > start + max(1.0, 0.05 * abs(start)):
             warnings.warn(
                 f"FedCorSelector: the GP fit of round {t} ({kind}) ended with a worse negative log-likelihood "
-                f"({result.nll:.4g}) than it started with ({start:.4g}): Adam overshoots on these loss changes; try "
-                f"a gp_lr below the current {self.gp_lr!r} (the paper's value is 0.01)",
+                f"({result.nll:.4g}) than it started with ({start:.4g}). Each fit restarts Adam, as the official "
+                "code does, and its first steps move every embedding coordinate by about gp_lr, which can throw "
+                "embeddings that already fit well out of the likelihood's narrow optimum; these "
+                f"{result.iterations} steps did not bring them back. The run goes on from these embeddings, as "
+                "FedCor does, and is still a FedCor run: at the paper's gp_lr of 0.01 this happens on a few fits "
+                "(3 of the 160 fits of the README's comparison over 8 seeds). The larger gp_lr, the more often; a "
+                f"gp_lr below the current {self.gp_lr!r} makes it rarer but departs from the paper. See 'GP fits "
+                "that end worse than they started' on FedCor's documentation page.",
                 RuntimeWarning,
                 stacklevel=4,
             )

@@ -59,7 +59,7 @@ def kmeans(
     to its squared distance to the chosen ones, which lowers the within-cluster sum of
     squares but favours outlying clients as centres, which can leave them as singleton
     clusters (a singleton has S_h = 0, hence no share under Eq. 5;
-    ``benchmarks/hcsfed_skipped.py`` counts how often either start gives one). The run with the
+    ``benchmarks/reproductions/hcsfed/hcsfed_skipped.py`` counts how often either start gives one). The run with the
     lowest within-cluster sum of squares is kept. A small NumPy implementation: for
     N ~ 100 points it is an order of magnitude faster than
     scikit-learn's KMeans, whose per-call overhead (~7 ms) dominates at this size and
@@ -322,80 +322,25 @@ def _snap(shares: np.ndarray) -> np.ndarray:
 class HCSFedSelector(BaseSelector):
     """HCSFed, hybrid clustering-based client selection (Song et al. [1]_, Algorithm 2).
 
-    Each round t:
+    Each round t, with m = n places:
 
-    1. **Compression.** The server builds this round's compressor from w^t
-       (``oracle.global_parameters()``, free) and every client trains its local update
-       G_t^k from w^t and uploads X_t^k = GC(G_t^k) (``oracle.local_updates(all,
-       transform=GC)``: N local trainings and N * d' floats up every round, HCSFed's
-       price; a chosen client's training is that same update, never repeated).
-       ``compressor="grouping"`` (the default, our choice: the paper's appendix A.2 with
-       its procedure is missing): the D parameters are split into ``ceil(R * D)`` groups
-       by 1-D k-means on the values of w^t (quantile start, Lloyd iterations) and
-       each client sends the per-group mean of its update (weight sharing after Han et
-       al.). ``"projection"``: a Gaussian random projection to ``ceil(R * D)`` dims,
-       its seed drawn from the selector's stream each round. A callable
-       ``compressor(global_params, rng) -> transform`` plugs in any other reading.
-    2. **Clustering** (Algorithm 1): k-means of the X_t^k into H = ``n_clusters``
-       clusters (:func:`kmeans`): one run (``kmeans_n_init``) started from H random
-       clients, as Algorithm 1, line 1 says (``kmeans_init``).
-    3. **Sample-size re-allocation** (Eq. 5): cluster h gets the real share
-       ``s_h = m N_h S_h / sum_h N_h S_h`` (:func:`allocate`), S_h by default the
-       within-cluster standard deviation of the X_t^k (``cohesion``, :func:`cluster_cohesion`),
-       capped at N_h with the excess re-shared; if every S_h is 0, shares are ``m N_h / N``
-       (Eq. 4's plain cluster sampling). Shares are rounded to integers m_h by
-       systematic rounding (our choice, the paper is silent: :func:`round_shares`): ``sum_h m_h = m``
-       exactly every round, ``E[m_h]`` = the exact share, and m_h <= N_h. The selection
-       size is therefore always n (``variable_size = False``).
-    4. **Importance selection** (Eq. 6): inside cluster h, m_h clients are drawn with
-       probability proportional to ||X_t^k|| by systematic PPS (:func:`systematic_pps`)
-       with inclusion probabilities ``pi_k(m_h) = min(1, c ||X_t^k||)``, c set so they
-       sum to m_h (clients whose share exceeds 1 are taken surely).
-    5. **Aggregation weights.** ``weighting="inclusion"`` (unbiased, our reading): each
-       chosen client gets ``p_k / pi_k``, p_k its data-size weight (the paper's omega_k) and
-       pi_k its *marginal* inclusion probability over the rounding of m_h,
-       ``pi_k = (1 - f_h) pi_k(floor s_h) + f_h pi_k(ceil s_h)`` with f_h the fractional
-       part of s_h (``pi_k(m_h)`` with ``rounding="largest-remainder"``). So
-       ``E[sum_{k in S} p_k / pi_k G_k] = sum_k p_k G_k``, full participation, given the
-       clustering and provided every client has pi_k > 0. ``weighting="paper"``: each
-       chosen client gets ``(N/m) p_k``, as Algorithm 2, line 15 prints it (bounded, biased
-       towards the clients HCSFed favours). Weights apply to the deltas and are not
-       normalised (the runtime adds ``sum_k w_k (w_k - w^t)``).
+    1. Every client trains its update G_t^k from w^t and uploads ``X_t^k = GC(G_t^k)``, ``d' = ceil(R D)`` floats
+       (``compressor``); a chosen client's training is that same update, never repeated.
+    2. k-means of the X_t^k into H = ``n_clusters`` clusters, one run from H random clients (Algorithm 1).
+    3. Cluster h of N_h clients gets the share ``s_h = m N_h S_h / sum_h' N_h' S_h'`` (Eq. 5), S_h its cohesion
+       (``cohesion``), capped at N_h with the excess re-shared (``m N_h / N`` if every S_h is 0), rounded to
+       integers m_h with ``sum_h m_h = m`` (``rounding``).
+    4. Inside cluster h, m_h clients are drawn by systematic PPS with ``pi_k(m_h) = min(1, c ||X_t^k||)``, c such
+       that they sum to m_h (Eq. 6).
+    5. Each chosen client gets ``p_k / pi_k``, pi_k its marginal inclusion probability (``weighting="inclusion"``,
+       our reading), so ``E[sum_{k in S} (p_k / pi_k) G_k] = sum_k p_k G_k`` over the clients with pi_k > 0; or
+       ``(N/m) p_k`` as Algorithm 2, line 15 prints it (``"paper"``). The weights are not normalised.
 
-    Known limit of Eq. 5: a cluster with S_h = 0 (a singleton, or identical compressed
-    updates) gets no share while others have positive cohesion, so its clients are skipped
-    and the aggregate is unbiased only over the clients with pi_k > 0. ``uniform_mix = eps``
-    makes the shares ``(1 - eps) * Eq. 5 + eps * m N_h / N``: every cluster gets a positive
-    share, the aggregate is unbiased over all clients, and the unbiased weights stay below
-    about ``p_k N / (eps m)`` (a floor on the shares; the docs page says why the unbiased
-    reading needs it). A client whose compressed update is exactly zero has pi_k = 0 under
-    Eq. 6 either way (its update is zero, so the aggregate loses nothing).
+    A cluster with S_h = 0 (a singleton) gets no place under Eq. 5; ``uniform_mix`` gives every client a chance.
+    The round in detail, the readings, clients that do not answer and the scale: :ref:`selector_hcsfed`.
 
-    **Clients that do not answer** (NaN rows from ``oracle.local_updates``, see
-    :class:`~fedselect.ClientOracle`) cannot train this round, so Algorithm 1 runs on the
-    clients that answered, with ``p_k`` renormalised over them (the estimator is then
-    unbiased for their weighted mean update). With fewer answers than ``max(n, H)`` the
-    round falls back to ``n`` uniformly random clients weighted ``p_k N / n`` (Eq. 4's
-    estimator). Not in the paper, which assumes every client answers.
-
-    **Scale.** As written, every client trains and uploads a compressed update every round:
-    N local trainings and N d' floats up per round (HCSFed's price, step 1), and in this
-    simulator the N trainings run as one batch holding a few N x D float32 arrays: about
-    ``24 N D`` bytes at the peak (plus ``8 N d'`` for the compressed updates), which passes
-    24 GB at N = 19,000 for FedCor's FMNIST MLP (D = 52,650), N = 127,000 for logistic
-    regression on FMNIST (D = 7,850) and N = 1.6 million for the 610-parameter model of
-    ``benchmarks/bench_scale.py``. ``max_trained=M`` bounds the round: a uniformly random
-    subset A of M clients (drawn without replacement from the selector's stream) trains and
-    uploads, steps 2-5 run on A alone, and each chosen client's weight is multiplied by
-    N / M, ``w_k = (N / M) p_k / pi_k^A``, so that
-    ``E[sum_{k in S} w_k G_k] = E_A[(N / M) sum_{k in A} p_k G_k] = sum_k p_k G_k``: the
-    aggregate stays an unbiased estimate of full participation (under the same condition as
-    the paper's: every client of A gets pi_k > 0, see the known limit above). What changes
-    against the paper: the clusters, the shares of Eq. 5 and the norms of Eq. 6 are those of
-    the M clients of A, so the variance reduction of Theorem 1 applies within A and the
-    uniform first stage adds its own variance (it vanishes as M reaches N); small clusters
-    of A are more often singletons (``uniform_mix > 0`` keeps them in). Cost: M local
-    trainings and M d' floats up per round. With ``max_trained >= N`` the option is off.
+    **Costs.** Every round, every client trains and uploads: N local trainings, N models down, N d' floats up
+    (``max_trained=M``: M of each, the weights scaled by N / M). This simulator peaks at about ``24 N D`` bytes.
 
     Parameters
     ----------
@@ -404,40 +349,28 @@ class HCSFedSelector(BaseSelector):
     compression_rate : float, default=0.01
         R = d'/d in (0, 1].
     compressor : {"grouping", "projection"} or callable, default="grouping"
-        How clients compress their updates (see step 1).
+        How clients compress their updates: per-group means of the parameters grouped by value (our reading), a
+        Gaussian random projection, or ``compressor(global_params, rng) -> transform`` (see :ref:`hcsfed-round`).
     cohesion : {"std", "mean-pairwise", "pairwise-sum"}, default="std"
-        S_h of Eq. 5 (:func:`cluster_cohesion`): the within-cluster standard deviation of the
-        compressed updates (Neyman allocation, the reading under which Eq. 8 and Theorem 1
-        hold), the mean pairwise squared distance, or the sum over all ordered pairs divided
-        by N_h - 1 (counts cluster size twice). ``"paper"`` is a deprecated alias of
-        ``"pairwise-sum"`` (the default until 2026-11; a FutureWarning). The docs page sets
-        each reading beside the printed formula.
+        S_h of Eq. 5 (:func:`cluster_cohesion`): the within-cluster standard deviation (Neyman allocation), the
+        mean pairwise squared distance, or the all-pairs sum; ``"paper"`` is a deprecated alias of the last.
     kmeans_n_init : int, default=1
-        k-means runs per round from independent starts, the best kept (:func:`kmeans`); 1 is
-        Algorithm 1's single run. Runs recorded before this parameter existed used 10.
+        k-means runs per round from independent starts, the best kept (:func:`kmeans`); 1 is Algorithm 1.
     kmeans_init : {"random", "k-means++"}, default="random"
-        The starting centres of k-means: H random clients (Algorithm 1, line 1) or
-        k-means++ (favours outlying clients as starting centres; see :func:`kmeans`).
+        The starting centres of k-means: H random clients (Algorithm 1, line 1) or k-means++.
     rounding : {"systematic", "largest-remainder"}, default="systematic"
-        How the shares of Eq. 5 become integers (:func:`round_shares`; the paper does not
-        say). ``"systematic"`` keeps ``E[m_h]`` = s_h, so a share s_h << 1 is drawn in a
-        fraction s_h of the rounds and, with ``weighting="inclusion"``, its client then
-        weighs about ``p_k N_h / s_h``; ``"largest-remainder"`` never draws such a cluster
-        (bounded weights, the aggregate biased against it).
+        How the shares of Eq. 5 become integers (:func:`round_shares`): ``E[m_h] = s_h``, so a share s_h << 1 is
+        drawn in a fraction s_h of the rounds, or never (bounded weights, biased); see :ref:`hcsfed-readings`.
     weighting : {"inclusion", "paper"}, default="inclusion"
-        The aggregation weights of step 5: ``p_k / pi_k`` (unbiased, our reading) or
-        ``(N/m) p_k`` as Algorithm 2, line 15 prints them (biased, bounded). N and p_k are
-        those of the clients the round draws from (the answering ones; with
-        ``max_trained``, the subset scaled by N / M).
+        The aggregation weights of step 5: ``p_k / pi_k`` (unbiased, our reading) or ``(N/m) p_k`` as Algorithm 2,
+        line 15 prints them (biased, bounded); see :ref:`hcsfed-readings`.
     uniform_mix : float, default=0.0
-        eps in [0, 1): the fraction of the m places shared by cluster size (Eq. 4)
-        instead of Eq. 5 (see the known limit). 0 is the paper.
+        eps in [0, 1): the fraction of the m places shared by cluster size (Eq. 4) instead of Eq. 5. 0 is the paper.
     max_trained : int or None, default=None
-        M, the most clients that train and upload in a round (see Scale). ``None`` trains
-        every client (the paper). Must be at least the ``n`` asked for and ``n_clusters``.
+        M, the most clients that train and upload in a round (a uniform subset; see :ref:`hcsfed-scale`).
+        ``None`` trains every client (the paper). At least the ``n`` asked for and ``n_clusters``.
     random_state : None, int or numpy RandomState, default=None
-        Seeds k-means, the rounding, the PPS draws, the projection and the subsets of
-        ``max_trained``.
+        Seeds k-means, the rounding, the PPS draws, the projection and the subsets of ``max_trained``.
 
     Attributes
     ----------
@@ -516,9 +449,6 @@ class HCSFedSelector(BaseSelector):
         "max_trained": [None, Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
-    # kmeans_n_init: every run recorded before it was a parameter ran 10 k-means runs per round.
-    _params_added_later: ClassVar[dict[str, Any]] = {"max_trained": None, "weighting": "inclusion",
-                                                     "kmeans_n_init": 10}
     # Defaults that changed after runs had been recorded by name (("hcsfed", {...}) keys its parameters as given):
     # the values those runs ran when they left the parameter out. See fedselect.plugins.SelectorSpec.settings.
     _recorded_defaults: ClassVar[dict[str, tuple[Any, ...]]] = {"cohesion": ("pairwise-sum", "paper"),

@@ -22,84 +22,31 @@ _CHUNK = 256  # rows per distance block: bounds the float64 temporary to _CHUNK 
 class LargestDistanceSelector(BaseSelector):
     """Largest Distance Client Selection (Hou and Kong [1]_, FedLDCS, Algorithm 1).
 
-    The server keeps ``theta_k``, the local model client k produced the last time it
-    trained (Algorithm 1, line 2: ``theta~``). Each round t:
+    The server keeps ``theta_k``, the local model client k produced the last time it trained (Algorithm 1, line 2).
+    Round 0 (lines 13-14): with ``initial="all"`` every client trains and is aggregated (the selection has N
+    clients, so ``variable_size`` is True); with ``initial="probe"`` every client's local update is asked through
+    the oracle instead and the round goes on as the later ones. Later rounds (lines 15-18) choose the K = n clients
+    farthest from the global model over all its parameters,
 
-    1. **Round 0** (Algorithm 1, lines 13-14): with ``initial="all"`` every client
-       trains and is aggregated, so the server learns every ``theta_k`` (the selection
-       has N clients, hence ``variable_size`` is True for this setting). With
-       ``initial="probe"`` the server instead asks every client for its local update
-       through ``oracle.local_updates(range(N))`` (N trainings, paid and recorded; the
-       clients then chosen are not trained again) and goes on as in later rounds, so
-       every round has exactly K clients.
-    2. **Later rounds** (lines 15-18): the K clients with the largest Frobenius distance
-       ``||theta^t - theta_k||_F`` between the current global model
-       (``oracle.global_parameters()``, free) and their stored local model are chosen.
-       The distance runs over *all* parameters, the whole flattened model, not only its
-       first tensor (a public fork of the authors' code measured the first layer only).
-       The paper removes the nearest client until K remain, which is the same set.
-    3. After the round (the sentence under Algorithm 1), each reporting client's stored
-       model is replaced by its new local model ``feedback.global_before +
-       feedback.updates`` (that is ``theta^t + (w_k - theta^t)``); the others keep theirs.
+        ``S_t = arg top-K_k ||theta^t - theta_k||_F``,
 
-    A client with no stored model (it never reported, e.g. it failed in round 0)
-    counts as infinitely far, so it is chosen as soon as possible. Ties (equal
-    distances, including several unknown clients) are broken uniformly at random with
-    the selector's own stream (``random_state``); with a fixed ``random_state`` the
-    run is reproducible. No aggregation weights are returned: the runtime's rule
-    applies (the paper averages the chosen models uniformly, line 10; FedAvg's
-    data-size weighting is the trainer default).
+    and after each round every reporting client's ``theta_k`` becomes its new local model. A client with no stored
+    model counts as infinitely far; ties are broken at random with the selector's stream. No aggregation weights
+    are returned (the paper averages uniformly, line 10; the trainer's rule applies). The round in detail, the
+    storage options, clients that do not answer and the scale: :ref:`selector_ldcs`.
 
-    Memory: the server holds one float32 model per client, an ``N x D`` array of
-    ``4 N D`` bytes (the paper's "N x d units of memory"); for example 10 clients of
-    FedCor's 784-64-30-10 MLP (D = 52,650) take 2.1 MB, and 100 clients of FedCor's
-    CIFAR-10 CNN (D = 122,570) take 49 MB. It is allocated when the first local models
-    arrive, and distances are computed in blocks of 256 rows.
-
-    **Scale.** ``4 N D`` bytes reach 24 GB at N = 114,000 for the MLP and N = 49,000 for the
-    CNN, and a distance pass reads all of it every round (O(N D) time). In this simulator
-    round 0 (``initial="all"`` or ``"probe"``) also trains all N clients in one batch, whose
-    parameters, gradients and updates peak at about ``24 N D`` bytes whatever the storage
-    (N = 19,000 for the MLP on 24 GB; a deployment trains them on the clients). ``storage``
-    bounds the server's state:
-
-    ``"float32"`` (default, the paper)
-        the models as they are, ``4 N D`` bytes.
-    ``"float16"``
-        each model minus a reference (the mean of the first local models stored, kept in
-        float32) in half precision: ``2 N D + 4 D`` bytes. Storing the difference rather than
-        the model keeps the rounding error relative to how far a model moved from the
-        reference, not to the weights' size: each stored coordinate is off by at most
-        ``2^-11`` of its difference (half precision's 11 significant bits), so a distance is
-        off by about ``2^-11 ||theta_k - ref|| / sqrt(3)`` (rms), rarely enough to swap two
-        clients whose distances differ by more than 0.1 %. A difference beyond float16's
-        range (65,504) is refused with an error.
-    ``"sketch"``
-        a sparse random projection ``s_k = P theta_k`` to ``sketch_dim`` = k dimensions
-        (scikit-learn's ``SparseRandomProjection``, density ``1 / sqrt(D)``, seeded from the
-        selector's stream), and the distance ``||P theta^t - s_k||``: ``4 N k`` bytes plus
-        about ``12 k sqrt(D)`` for P. By the Johnson-Lindenstrauss lemma
-        ``||P x||^2 / ||x||^2`` has mean 1 and a relative standard deviation of about
-        ``sqrt(2 / k)`` (4.4 % at k = 1024), so clients whose distances differ by less than
-        that may be ranked in the other order; the farthest clients are still found. At
-        N = 100,000 and k = 1024: 410 MB instead of 21 GB for the MLP.
-
-    **Clients that do not answer** the probe of ``initial="probe"`` (NaN rows, see
-    :class:`~fedselect.ClientOracle`) get no stored model; in that round they are chosen
-    last (they cannot train now) unless fewer than ``n`` answered, and afterwards their
-    unknown model counts as infinitely far, as for any client never seen. Not in the
-    paper, which assumes every client answers.
+    **Costs.** Round 0: N local trainings (``"probe"``: and N updates up). Later rounds: nothing beyond the round
+    (the global model is free, the chosen clients' models come anyway). Server: ``4 N D`` bytes of stored models
+    (``storage="float16"``: ``2 N D``; ``"sketch"``: ``4 N k``), all read every round.
 
     Parameters
     ----------
     initial : {"all", "probe"}, default="all"
-        How the server learns every client's local model before choosing by distance:
-        ``"all"`` trains everyone in the first round (the paper); ``"probe"`` asks the
-        oracle for every client's local update in the first round and then chooses
-        exactly K.
+        How the server learns every client's local model before choosing by distance: everyone trains in the first
+        round (the paper), or the oracle is asked for every update in the first round, which then chooses K.
     storage : {"float32", "float16", "sketch"}, default="float32"
-        How the server stores the clients' last local models (see Scale): as they are (the
-        paper), as float16 differences from a reference, or as random-projection sketches.
+        How the server stores the clients' last local models: as they are (the paper), as float16 differences from
+        a reference, or as random-projection sketches (see :ref:`ldcs-scale`).
     sketch_dim : int, default=1024
         k, the dimension of the sketches of ``storage="sketch"`` (below D); ignored otherwise.
     random_state : None, int or numpy RandomState, default=None
@@ -176,7 +123,6 @@ class LargestDistanceSelector(BaseSelector):
         "sketch_dim": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
-    _params_added_later: ClassVar[dict[str, Any]] = {"storage": "float32", "sketch_dim": 1024}
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

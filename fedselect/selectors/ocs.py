@@ -147,31 +147,11 @@ class OptimalClientSamplingSelector(BaseSelector):
     probability by ``1 / (1 - P0)`` with ``P0 = prod_k (1 - pi_k) <= e^{-m}``; the
     weights are ``p_k (1 - P0) / pi_k`` so the estimator stays exactly unbiased.
 
-    **Clients that do not answer** (NaN norms, see :class:`~fedselect.ClientOracle`) cannot
-    train this round: the probabilities are computed over the clients that answered, with
-    ``p_k`` renormalised over them; if nobody answered, ``n`` uniformly random clients are
-    returned without weights. Not in the paper, which assumes every client answers.
+    Clients that do not answer, and ``max_trained`` (a uniform subset trains, the weights scaled by N / M, still
+    unbiased): :ref:`selector_ocs`.
 
-    **Scale.** As written, every client trains every round to report its norm: N local
-    trainings and N floats up per round, and in this simulator the N trainings run as one
-    batch holding a few N x D float32 arrays (parameters, gradients, updates, the round's
-    record of them): about ``24 N D`` bytes at the peak, which passes 24 GB at N = 19,000
-    for FedCor's FMNIST MLP (D = 52,650), N = 127,000 for logistic regression on FMNIST
-    (D = 7,850), and at N = 1.6 million for the 610-parameter model of
-    ``benchmarks/bench_scale.py``; its time grows with N too (N trainings a round). A real
-    deployment holds no such batch, but still pays the N trainings. ``max_trained=M`` bounds
-    both: each round a uniformly random subset A of M clients (drawn without replacement
-    from the selector's stream) trains and reports its norm, the optimal probabilities are
-    computed within A (budget m), and each chosen client's weight is multiplied by N / M:
-
-    ``w_k = (N / M) p_k (1 - P0) / pi_k^A``,
-
-    so that ``E[sum_{k in S} w_k U_k] = E_A[(N / M) sum_{k in A} p_k U_k] = sum_k p_k U_k``:
-    still unbiased for full participation (a two-stage design: uniform, then optimal). What
-    changes against the paper: the probabilities are variance-optimal given A only, so the
-    aggregate carries the variance of the uniform first stage as well (it vanishes as M
-    reaches N), and clients outside A cannot be chosen that round. Cost: M local trainings
-    and M floats up per round instead of N. With ``max_trained >= N`` the option is off.
+    **Costs.** Every round, every client trains and uploads the norm of its update: N local trainings, N models
+    down, N floats up (``max_trained=M``: M of each); in this simulator about ``24 N D`` bytes at the peak.
 
     Parameters
     ----------
@@ -181,7 +161,7 @@ class OptimalClientSamplingSelector(BaseSelector):
         The expected number of clients m (the paper's communication budget). ``None``
         uses the ``n`` passed to :meth:`select`; an int overrides it (clipped to N).
     max_trained : int or None, default=None
-        M, the most clients that train and report their norm in a round (see Scale).
+        M, the most clients that train and report their norm in a round (see :ref:`ocs-scale`).
         ``None`` trains every client (the paper). Must be at least the budget m.
 
     Attributes
@@ -223,7 +203,6 @@ class OptimalClientSamplingSelector(BaseSelector):
         "max_trained": [None, Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
-    _params_added_later: ClassVar[dict[str, Any]] = {"max_trained": None}
 
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)

@@ -51,6 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from ..experiments.provenance import canonical as _canonical  # noqa: F401  (fedselect.plugins imports it here)
+from ..experiments.provenance import flatten_config
+
 __all__ = [
     "Checkpoint",
     "CheckpointMismatchError",
@@ -1003,76 +1006,6 @@ def restore_selector_state(selector: Any, state: Mapping[str, Any]) -> Any:
 
 
 # -- fingerprints ----------------------------------------------------------------------------
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _code_digest(fn: Any) -> str:
-    """For a Python function: a digest of its bytecode, constants, defaults and closure values.
-
-    Two lambdas with one name (``lambda t: 0.1`` and ``lambda t: 0.01``) then differ; a
-    builtin or another callable without code is identified by its name alone.
-    """
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return ""
-    closure = [getattr(c, "cell_contents", None) for c in (getattr(fn, "__closure__", None) or ())]
-    parts = (code.co_code, repr(code.co_consts), repr(getattr(fn, "__defaults__", None)),
-             repr([_canonical(c) for c in closure]))
-    return " code:" + hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
-
-
-def _canonical(value: Any) -> Any:
-    """A value comparable across processes: numbers and strings as they are, functions by name and code."""
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else value
-    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy scalars
-        return _canonical(value.item())
-    if hasattr(value, "tobytes") and hasattr(value, "dtype") and hasattr(value, "shape"):  # arrays, by content
-        digest = hashlib.sha256(value.tobytes()).hexdigest()[:16]
-        return f"<array {value.dtype} {tuple(value.shape)} sha256:{digest}>"
-    if (not isinstance(value, type) and hasattr(value, "state_dict")
-            and hasattr(value, "named_parameters")):  # a torch module instance: class, weights, options
-        digest = hashlib.sha256()
-        for name, tensor in sorted(value.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-        options = {k: v for k, v in sorted(vars(value).items())
-                   if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))}
-        return (f"<module {type(value).__module__}.{type(value).__qualname__} {_ADDRESS.sub('', repr(value))} "
-                f"{options} weights sha256:{digest.hexdigest()[:16]}>")
-    if callable(value) and hasattr(value, "__qualname__"):
-        return f"<callable {getattr(value, '__module__', '?')}.{value.__qualname__}{_code_digest(value)}>"
-    if hasattr(value, "get_state") and type(value).__name__ == "RandomState":  # numpy legacy random state
-        state = value.get_state()
-        digest = hashlib.sha256(repr((state[0], state[1].tobytes(), state[2:])).encode()).hexdigest()[:16]
-        return f"<RandomState sha256:{digest}>"
-    if hasattr(value, "bit_generator"):  # numpy Generator
-        return f"<Generator sha256:{hashlib.sha256(repr(value.bit_generator.state).encode()).hexdigest()[:16]}>"
-    if hasattr(value, "get_params") and callable(value.get_params):
-        params = value.get_params(deep=False)
-        return {"<class>": type(value).__qualname__, **{k: _canonical(v) for k, v in params.items()}}
-    return _ADDRESS.sub("", repr(value))
-
-
-def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"trainer": {"lr": 0.1}}`` -> ``{"trainer.lr": 0.1}``, values made comparable across processes."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten_config(value, name + "."))
-        elif isinstance(value, (list, tuple)):
-            out[name] = [_canonical(v) for v in value]
-        else:
-            value = _canonical(value)
-            if isinstance(value, dict):
-                out.update(flatten_config(value, name + "."))
-            else:
-                out[name] = value
-    return out
 
 
 def describe_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -286,7 +286,7 @@ class Engine:
         self.eval_owner = torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes))
         # vmap only the forward pass; one ordinary backward over the sum of the clients' losses
         # gives each client exactly its own gradient (the clients share no parameters). Measured
-        # 14-25 % faster per step than vmap(grad(...)) on FedCor's MLP (benchmarks/bench_engine.py).
+        # 14-25 % faster per step than vmap(grad(...)) on FedCor's MLP (benchmarks/speed/bench_engine.py).
         self._forward_all = vmap(self._forward, in_dims=(0, 0), randomness="different")
         self._forward_state_all = vmap(self._forward_state, in_dims=(0, 0, 0), randomness="different")
         # Models that are a plain chain of Flatten / Linear / ReLU / Dropout (logistic regression,
@@ -471,7 +471,8 @@ class Engine:
         dropout_seed: int | None = None,
         buffers: Mapping[str, torch.Tensor] | None = None,
         return_buffers: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        sample_losses: bool = False,
+    ) -> torch.Tensor | tuple[Any, ...]:
         """Train every client from ``theta`` on its own minibatches, all at once.
 
         Each client runs local SGD from w^t. With g the gradient of its mean minibatch loss,
@@ -503,6 +504,11 @@ class Engine:
             buffers, :attr:`buffers`). Only used by stateful models.
         return_buffers : bool, default False
             Also return each client's buffers after its local training.
+        sample_losses : bool, default False
+            Also return each client's mean, over every sample of every local step, of its
+            squared per-sample training loss (each loss taken in that step's forward pass, at
+            the parameters the step starts from): what Oort's clients report. The training
+            itself is the same computation, bit for bit; off, nothing extra is computed.
 
         Returns
         -------
@@ -511,6 +517,8 @@ class Engine:
         client_buffers : dict of str to Tensor, each of shape (C, ...)
             Only with ``return_buffers``: each client's buffers after training (the
             starting buffers, stacked, for a model without batch statistics).
+        sample_loss_sq : ndarray of float64, shape (C,)
+            Only with ``sample_losses`` (last): each client's mean squared per-sample loss.
 
         Notes
         -----
@@ -538,7 +546,11 @@ class Engine:
         start = self.buffers if buffers is None else buffers
         if C == 0:
             empty = theta.new_zeros((0, theta.numel()))
-            return (empty, {k: v.unsqueeze(0)[:0] for k, v in start.items()}) if return_buffers else empty
+            out: tuple[Any, ...] = (empty, {k: v.unsqueeze(0)[:0] for k, v in start.items()}) if return_buffers \
+                else (empty,)
+            if sample_losses:
+                out = (*out, np.zeros(0))
+            return out if len(out) > 1 else empty
         if nesterov and not momentum:
             raise ValueError("Engine.train: nesterov=True needs momentum > 0")
         steps = [len(b) for b in batches]
@@ -559,6 +571,15 @@ class Engine:
         bufs = {k: v.detach().unsqueeze(0).repeat(C, *([1] * v.dim())) for k, v in start.items()}
         lengths = mask.sum(axis=2).astype(np.int64)  # (S, C)
         velocity: torch.Tensor | None = None
+        # Sums of squared per-sample losses, one per client (only when asked: nothing is computed otherwise).
+        sq = torch.zeros(C, dtype=torch.float64) if sample_losses else None
+
+        def finish(deltas: torch.Tensor) -> torch.Tensor | tuple[Any, ...]:
+            out: tuple[Any, ...] = (deltas, bufs) if return_buffers else (deltas,)
+            if sq is not None:
+                out = (*out, (sq / torch.from_numpy(mask.sum(axis=(0, 2))).double().clamp_min(1.0)).numpy())
+            return out if len(out) > 1 else deltas
+
         was_training = self.model.training
         self.model.train()
         if dropout_seed is not None:
@@ -568,22 +589,23 @@ class Engine:
                 final = self._sgd_chain(
                     params, idx, mask, _lr_rows([float(lr)], [C]),
                     functools.partial(_global_dropout_masks, C, B),
-                    weight_decay=weight_decay, prox_mu=prox_mu, momentum=momentum, nesterov=nesterov,
+                    weight_decay=weight_decay, prox_mu=prox_mu, momentum=momentum, nesterov=nesterov, sq=sq,
                 )
             finally:
                 self.model.train(was_training)
-            deltas = (final - anchor).detach()
-            return (deltas, bufs) if return_buffers else deltas
+            return finish((final - anchor).detach())
         try:
             for s in range(S):
                 ix = idx_t[s]
                 p = params.requires_grad_(True)
                 if self.stateful:
-                    objective = self._grouped_objective(p, bufs, ix, lengths[s])
+                    objective = self._grouped_objective(p, bufs, ix, lengths[s], sq=sq)
                 else:
                     out = self._forward_all(p, self.X[ix])  # (C, B, classes)
                     losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(C, B)
                     objective = ((losses * mask_t[s]).sum(1) / denom[s]).sum()
+                    if sq is not None:
+                        sq += (losses.detach().double().square() * mask_t[s]).sum(1)
                 (g,) = torch.autograd.grad(objective, p)
                 with torch.no_grad():
                     if weight_decay:
@@ -596,8 +618,7 @@ class Engine:
                     params = params.detach() - lr * active[s].unsqueeze(1) * g
         finally:
             self.model.train(was_training)
-        deltas = (params - anchor).detach()
-        return (deltas, bufs) if return_buffers else deltas
+        return finish((params - anchor).detach())
 
     def _sgd_padded(
         self,
@@ -651,6 +672,7 @@ class Engine:
         prox_mu: float,
         momentum: float,
         nesterov: bool,
+        sq: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Local SGD of N clients of a linear chain from ``start`` (N, D); their parameters afterwards.
 
@@ -661,7 +683,8 @@ class Engine:
         batched product, its own loss and gradient, its update; a finished client never moves
         there either), and the dropout masks are drawn for all N clients at every step, as the
         padded path draws them, by ``masks(step, layer, p, width)`` (shape ``(N, B, width)``,
-        scaled by 1 / (1 - p)), then restricted to the active rows.
+        scaled by 1 / (1 - p)), then restricted to the active rows. ``sq`` (N,), when given,
+        receives each client's sum of squared per-sample losses over its steps.
         """
         N = start.shape[0]
         n_steps = (mask.sum(axis=2) > 0).sum(axis=0)  # (N,): steps are a prefix of each client's round
@@ -696,6 +719,8 @@ class Engine:
         B = idx.shape[2]
         xbuf = self.X.new_empty((N * B, *self.X.shape[1:]))
         by_hand = self._loss_fn is _cross_entropy and self.classification
+        sq_o = None if sq is None else torch.zeros(N, dtype=torch.float64)  # in the clients' sorted order
+        seen: list[torch.Tensor] | None = None if sq is None else []
         self.model.train()
         for step in range(idx.shape[0]):
             k = int((sorted_steps > step).sum())
@@ -719,13 +744,19 @@ class Engine:
                 # d objective / d loss_(c,b) = mask_(c,b) / denom_c, formed as autograd forms it
                 weights = torch.ones(k).div_(denom[step, :k]).unsqueeze(1).expand(k, B) * mask_t[step, :k]
                 with torch.no_grad():
-                    grads = self._chain_grads({n: v[:k] for n, v in params.items()}, x, noise, self.y[ix], weights)
+                    grads = self._chain_grads({n: v[:k] for n, v in params.items()}, x, noise, self.y[ix], weights,
+                                              losses_out=seen)
+                if seen:
+                    assert sq_o is not None
+                    sq_o[:k] += (seen.pop().double().square() * mask_t[step, :k]).sum(1)
             else:
                 leaves = {n: v[:k].detach().requires_grad_(True) for n, v in params.items()}
                 out = self._chain(leaves, x, noise)
                 losses = self._losses(out.flatten(0, 1), self.y[ix]).view(k, B)
                 objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
                 grads = list(torch.autograd.grad(objective, list(leaves.values())))
+                if sq_o is not None:
+                    sq_o[:k] += (losses.detach().double().square() * mask_t[step, :k]).sum(1)
             # The update in place, into buffers kept across steps (each operation as the padded path writes it
             # out of place, so the same numbers; fresh tensors of this size would cost page faults every step).
             factor = lr_o[:k] * active_o[step, :k].unsqueeze(2)  # float32(lr) for the clients still training
@@ -748,6 +779,8 @@ class Engine:
                             g = velocity[n][:k]
                     cur.sub_(torch.mul(g, factor, out=t))
         final = torch.cat([params[n].reshape(N, -1) for n in self.names], dim=1)
+        if sq is not None and sq_o is not None:
+            sq[order_t] = sq_o
         if identity:
             return final
         out_params = torch.empty_like(final)
@@ -761,6 +794,7 @@ class Engine:
         noise: Callable[[int, torch.Tensor], torch.Tensor | None],
         targets: torch.Tensor,
         weights: torch.Tensor,
+        losses_out: list[torch.Tensor] | None = None,
     ) -> list[torch.Tensor]:
         """The gradient of ``sum_(c,b) weights_(c,b) CE(chain_c(x_(c,b)), targets_(c,b))`` by hand, per parameter.
 
@@ -773,7 +807,9 @@ class Engine:
         the same batched products and sums), so the gradients equal autograd's bit for bit
         (``tests/simulation/test_engine.py``); it saves building and walking the graph at every
         step. Parameters are ``(C, out, in)`` weights and ``(C, 1, out)`` biases, as in :meth:`_chain`;
-        ``targets`` has ``C * B`` class labels and ``weights`` shape ``(C, B)``.
+        ``targets`` has ``C * B`` class labels and ``weights`` shape ``(C, B)``. A ``losses_out``
+        list receives the ``(C, B)`` per-sample cross-entropies (``-log p[target]``, the values
+        ``F.cross_entropy`` gives), which the gradient itself never forms.
         """
         C = x.shape[0]
         h = x.reshape(C, x.shape[1], -1)
@@ -798,6 +834,8 @@ class Engine:
                     h = h * m
                     tape.append(("mask", None, m))
         logp = torch.log_softmax(h.flatten(0, 1), 1)
+        if losses_out is not None:
+            losses_out.append(logp.gather(1, targets.reshape(-1, 1)).neg().view(C, -1))
         seed = torch.zeros_like(logp).scatter_(1, targets.reshape(-1, 1), weights.reshape(-1, 1).neg())
         g = torch.ops.aten._log_softmax_backward_data(seed, logp, 1, logp.dtype).view(h.shape)
         first = next(i for i, entry in enumerate(tape) if entry[0] == "linear")
@@ -1019,11 +1057,13 @@ class Engine:
         return h
 
     def _grouped_objective(
-        self, p: torch.Tensor, bufs: dict[str, torch.Tensor], ix: torch.Tensor, lengths: np.ndarray
+        self, p: torch.Tensor, bufs: dict[str, torch.Tensor], ix: torch.Tensor, lengths: np.ndarray,
+        sq: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Sum over clients of their mean minibatch loss, one vmapped forward per minibatch length.
 
-        Updates ``bufs`` (stacked per client) in place with each group's new buffers.
+        Updates ``bufs`` (stacked per client) in place with each group's new buffers; adds each
+        client's squared per-sample losses to ``sq`` when given.
         """
         total = p.new_zeros(())
         for b in np.unique(lengths[lengths > 0]):
@@ -1034,6 +1074,8 @@ class Engine:
             out = self._forward_state_all(p[g], sub, self.X[xi])
             losses = self._losses(out.flatten(0, 1), self.y[xi].flatten(0, 1)).view(rows.size, int(b))
             total = total + losses.mean(1).sum()
+            if sq is not None:
+                sq[g] += losses.detach().double().square().sum(1)
             for k, v in sub.items():
                 bufs[k][g] = v
         return total

@@ -65,11 +65,25 @@ class RoundRecord:
         answers, a non-finite aggregate).
     evaluation : dict of str to float
         A centralised evaluation after the round (Flower's ``start(evaluate_fn=...)``), if any.
+    wall_seconds : float or None
+        Measured seconds the round waited on its clients (Flower: each exchange of the round's
+        oracle questions and training, from sending to the last reply or the timeout, summed);
+        None where nothing was measured (simulation). Excluded from equality and repr.
+    reply_seconds : dict of int to float
+        Measured seconds from sending each client its training message to its reply, for the
+        clients whose training reply was used (Flower); empty in simulation. Excluded from
+        equality and repr.
+    sim_seconds : float or None
+        Simulated seconds the round lasted, its critical path on the simulator's clock
+        (:mod:`fedselect.clock`); None when no clock ran.
+    sim_time : float or None
+        Simulated time at the end of the round (the sum of the rounds' ``sim_seconds`` plus
+        any wait for a client to come online); None when no clock ran.
 
     Notes
     -----
-    :meth:`to_dict` writes the last five fields only when set, so the records of a
-    simulation (and the result files and digests made of them) are what they always were.
+    :meth:`to_dict` writes the last nine fields only when set, so the records of a run
+    without a clock (and the result files and digests made of them) are what they always were.
     """
 
     round: int
@@ -87,6 +101,10 @@ class RoundRecord:
     rejected: dict[int, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     evaluation: dict[str, float] = field(default_factory=dict)
+    wall_seconds: float | None = field(default=None, compare=False, repr=False)
+    reply_seconds: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    sim_seconds: float | None = None
+    sim_time: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -116,6 +134,14 @@ class RoundRecord:
             out["errors"] = list(self.errors)
         if self.evaluation:
             out["evaluation"] = dict(self.evaluation)
+        if self.wall_seconds is not None:
+            out["wall_seconds"] = float(self.wall_seconds)
+        if self.reply_seconds:
+            out["reply_seconds"] = {str(k): float(v) for k, v in self.reply_seconds.items()}
+        if self.sim_seconds is not None:
+            out["sim_seconds"] = float(self.sim_seconds)
+        if self.sim_time is not None:
+            out["sim_time"] = float(self.sim_time)
         return out
 
     @classmethod
@@ -126,6 +152,8 @@ class RoundRecord:
             d["traffic"] = {str(k): Traffic(**v) for k, v in d["traffic"].items()}
         if "rejected" in d:
             d["rejected"] = {int(k): str(v) for k, v in d["rejected"].items()}
+        if "reply_seconds" in d:
+            d["reply_seconds"] = {int(k): float(v) for k, v in d["reply_seconds"].items()}
         return cls(**d)
 
 
@@ -164,6 +192,14 @@ class History:
         for r in self.rounds:
             if r.test_accuracy is not None and r.test_accuracy >= target:
                 return r.round + 1
+        return None
+
+    def time_to_accuracy(self, target: float) -> float | None:
+        """Simulated seconds (``sim_time``) at the end of the first round whose test accuracy is at least
+        ``target``; None if it is never reached or the run kept no clock."""
+        for r in self.rounds:
+            if r.test_accuracy is not None and r.test_accuracy >= target:
+                return None if r.sim_time is None else float(r.sim_time)
         return None
 
     def final_accuracy(self) -> float | None:
@@ -238,17 +274,20 @@ class History:
         return cls.from_dict(json.loads(s))
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
-        """One row per round: scalars, the chosen clients, costs, and (last) the failed clients, ids ``;``-joined."""
+        """One row per round: scalars, the chosen clients, costs, and the failed clients, ids ``;``-joined;
+        then ``sim_seconds`` and ``sim_time`` when a clock ran."""
         cost_keys = list(Costs().to_dict())
+        clocked = any(r.sim_time is not None for r in self.rounds)
         with open(path, "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["round", "test_accuracy", "test_loss", "global_loss", "lr", "seconds", "clients", *cost_keys,
-                        "failed"])
+                        "failed", *(("sim_seconds", "sim_time") if clocked else ())])
             for r in self.rounds:
                 c = r.costs.to_dict()
                 w.writerow(
                     [r.round, r.test_accuracy, r.test_loss, r.global_loss, r.lr, f"{r.seconds:.4f}",
-                     ";".join(map(str, r.clients)), *(c[k] for k in cost_keys), ";".join(map(str, r.failed))]
+                     ";".join(map(str, r.clients)), *(c[k] for k in cost_keys), ";".join(map(str, r.failed)),
+                     *((r.sim_seconds, r.sim_time) if clocked else ())]
                 )
 
 

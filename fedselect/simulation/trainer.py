@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import math
 import os
 import random
 import time
@@ -20,6 +20,7 @@ from typing_extensions import Self
 from .._console import bars_wanted
 from .._validation import Constraint, InstanceOf, Interval, StrOptions, validate_parameters
 from ..aggregation import aggregation_weights, apply_deltas
+from ..clock import RoundClock, SimulatedClock
 from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger
 from ..round import Aggregate, Reports, play_round
 from ..selection import (
@@ -37,7 +38,6 @@ from .checkpoint import (
     UnsafeStateError,
     check_state,
     describe_differences,
-    flatten_config,
     move_aside,
     open_checkpoint,
     restore_selector_state,
@@ -51,6 +51,8 @@ from .models import build_model
 __all__ = ["DivergenceError", "FederatedTrainer", "SimulationOracle", "TestRequest", "TrainingRequest", "lr_at"]
 
 _AGGREGATIONS = ("mean", "data-size")
+STRAGGLER_POLICIES = ("fail", "overselect")
+_CEIL_EPS = 1e-9  # absorbs float error in ceil(K * overselect), e.g. 10 * 1.1 = 11.000000000000002
 
 
 class _SelectorSpecs(Constraint):
@@ -70,11 +72,6 @@ class _SelectorSpecs(Constraint):
 # The name format 1 (a pickle) used, kept so that such a file is found and refused rather than ignored.
 CHECKPOINT_FILE = "checkpoint.pkl"
 _CHECKPOINT_FORMAT = 2
-# Parameters that do not change a run's numbers: a checkpoint may be resumed with other values.
-_NOT_FINGERPRINTED = ("progress", "n_threads", "callback", "checkpoint_dir", "checkpoint_every", "checkpoint_trusted",
-                      "divergence")
-# Options added after checkpoints existed: left out of the fingerprint at their defaults, so old checkpoints resume.
-_LATER_DEFAULTS: dict[str, Any] = {"loss": "cross-entropy", "momentum": 0.0, "nesterov": False}
 
 
 class DivergenceError(FloatingPointError):
@@ -126,7 +123,9 @@ class TrainingRequest:
     The trainer's rounds are generators that yield their main training and their test
     evaluation as requests; :meth:`FederatedTrainer.fit` runs each at once (:meth:`run`),
     while :func:`fedselect.simulation.batched.fit_runs` gathers the requests of several
-    runs and answers them in one computation.
+    runs and answers them in one computation. A request with ``sample_losses`` (a selector
+    that needs ``"sample_losses"``) is run where it is made, never yielded, so the batched
+    driver never sees it.
     """
 
     engine: Engine
@@ -139,13 +138,15 @@ class TrainingRequest:
     nesterov: bool
     dropout_seed: int
     buffers: Mapping[str, torch.Tensor] | None
+    sample_losses: bool = False
 
-    def run(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The deltas and each client's buffers, by :meth:`Engine.train` alone."""
+    def run(self) -> tuple[Any, ...]:
+        """The deltas and each client's buffers (and, with ``sample_losses``, each client's mean squared
+        per-sample loss), by :meth:`Engine.train` alone."""
         return self.engine.train(  # type: ignore[return-value]
             self.theta, self.batches, lr=self.lr, weight_decay=self.weight_decay, prox_mu=self.prox_mu,
             momentum=self.momentum, nesterov=self.nesterov, dropout_seed=self.dropout_seed, buffers=self.buffers,
-            return_buffers=True,
+            return_buffers=True, sample_losses=self.sample_losses,
         )
 
 
@@ -161,6 +162,22 @@ class TestRequest:
 
     def run(self) -> tuple[float, float | None]:
         return self.engine.test(self.theta, self.buffers)
+
+
+def _samples(batches: list[list[np.ndarray]]) -> np.ndarray:
+    """The samples each client's minibatches hold (its sample-gradients this round)."""
+    return np.array([sum(len(x) for x in b) for b in batches], dtype=np.int64)
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``values`` of each entry of ``query`` found in the distinct ``keys``, 0 where absent."""
+    out = np.zeros(query.size, dtype=np.asarray(values).dtype if len(values) else np.int64)
+    if keys.size:
+        order = np.argsort(keys)
+        pos = np.clip(np.searchsorted(keys[order], query), 0, keys.size - 1)
+        hit = keys[order][pos] == query
+        out[hit] = np.asarray(values)[order][pos[hit]]
+    return out
 
 
 def _drive(steps: Generator[Any, Any, Any]) -> Any:
@@ -222,6 +239,15 @@ class SimulationOracle(ClientOracle):
         Maps a purpose (``"main"``, ``"trial"``) to the seed of the model's dropout masks.
     n_samples : ndarray of int, optional
         Every client's n_k (reported with each update to the round, :meth:`train_chosen`).
+    clock : RoundClock, optional
+        The round's simulated clock (:mod:`fedselect.clock`): every question and the training
+        are timed on it, late answers fail, stragglers fail, reporters' durations are observed.
+        None: no time is kept (every question and the round are computed as without a clock).
+    keep : int, optional
+        With a clock: only the first ``keep`` chosen clients to finish report (over-selection).
+    sample_losses : bool, default False
+        Every local training also computes each client's mean squared per-sample loss, sent
+        with its update (one scalar up per reporter) as ``Reports.sample_loss_sq``.
     """
 
     def __init__(
@@ -242,6 +268,9 @@ class SimulationOracle(ClientOracle):
         aggregation_weights: Callable[[Selection], np.ndarray],
         dropout_seed: Callable[[str], int],
         n_samples: np.ndarray | None = None,
+        clock: RoundClock | None = None,
+        keep: int | None = None,
+        sample_losses: bool = False,
     ) -> None:
         self.ledger = ledger
         self.round = ledger.round
@@ -261,6 +290,10 @@ class SimulationOracle(ClientOracle):
         self._aggregation_weights = aggregation_weights
         self._dropout_seed = dropout_seed
         self._n_samples = np.zeros(self.n_clients, dtype=np.int64) if n_samples is None else np.asarray(n_samples)
+        self.clock = clock
+        self._keep = keep
+        self._sample_losses = bool(sample_losses)
+        self._sample_sq: dict[int, float] = {}  # each trained client's mean squared per-sample loss
 
     @property
     def costs(self) -> Costs:
@@ -268,13 +301,18 @@ class SimulationOracle(ClientOracle):
         return self.ledger.costs
 
     # -- helpers --------------------------------------------------------------------
-    def _train(self, ids: np.ndarray, *, purpose: str) -> torch.Tensor:
-        """Train ``ids`` from w^t (all at once), charge it and keep the updates in the ledger."""
+    def _train(self, ids: np.ndarray, *, purpose: str) -> np.ndarray:
+        """Train ``ids`` from w^t (all at once), charge it and keep the updates in the ledger; the samples
+        each trained on."""
         request = self._training_request(ids, purpose)
-        return self._record_training(ids, request, request.run())
+        self._record_training(ids, request, request.run())
+        return _samples(request.batches)
 
-    def _training_request(self, ids: np.ndarray, purpose: str) -> TrainingRequest:
-        batches = self._engine.client_batches(self._client_indices, self._schedule, self._train_seed, self.round, ids)
+    def _training_request(self, ids: np.ndarray, purpose: str,
+                          batches: list[list[np.ndarray]] | None = None) -> TrainingRequest:
+        if batches is None:
+            batches = self._engine.client_batches(self._client_indices, self._schedule, self._train_seed, self.round,
+                                                  ids)
         return TrainingRequest(
             engine=self._engine,
             theta=self._theta,
@@ -286,11 +324,13 @@ class SimulationOracle(ClientOracle):
             nesterov=self._nesterov,
             dropout_seed=self._dropout_seed(purpose),
             buffers=self._buffers,
+            sample_losses=self._sample_losses,
         )
 
-    def _record_training(self, ids: np.ndarray, request: TrainingRequest,
-                         result: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> torch.Tensor:
-        deltas, bufs = result
+    def _record_training(self, ids: np.ndarray, request: TrainingRequest, result: tuple[Any, ...]) -> torch.Tensor:
+        deltas, bufs = result[0], result[1]
+        if request.sample_losses:
+            self._sample_sq.update(zip(ids.tolist(), np.asarray(result[2], dtype=np.float64).tolist()))
         batches = request.batches
         for i, k in enumerate(ids.tolist()):
             self._client_buffers[int(k)] = {name: b[i] for name, b in bufs.items()}
@@ -308,14 +348,24 @@ class SimulationOracle(ClientOracle):
         )
         return deltas
 
-    def _ask_losses(self, ids: np.ndarray) -> None:
-        """Evaluate l_k(w^t) for ``ids`` (distinct, alive) and record the answers."""
+    def _ask_losses(self, ids: np.ndarray, late: np.ndarray | None = None) -> None:
+        """Evaluate l_k(w^t) for ``ids`` (distinct, alive) and record the answers; those of ``late``
+        (a mask: past the clock's timeout) arrive too late and count as failures."""
         if not ids.size:
             return
         eng = self._engine
         everyone = ids.size == self.n_clients
         values = eng.client_losses(self._theta, None if everyone else ids, self._buffers)
+        if late is not None and late.any():
+            values = np.where(late, np.nan, values)
         self.ledger.record_losses(ids, values, samples_evaluated=int(eng.eval_sizes[ids].sum()))
+
+    def _failed_mask(self, ids: np.ndarray) -> np.ndarray:
+        """Which of ``ids`` have failed this round."""
+        return self.ledger.failed_mask(ids)
+
+    def _not_uploaded(self, ids: np.ndarray) -> np.ndarray:
+        return ~self.ledger.uploaded_mask(ids)
 
     def buffers_of(self, ids: np.ndarray) -> dict[str, torch.Tensor]:
         """The buffers of trained clients ``ids`` after their local training, stacked per buffer."""
@@ -333,8 +383,25 @@ class SimulationOracle(ClientOracle):
     def losses(self, ids: Any) -> np.ndarray:
         led = self.ledger
         ids = led.ids(ids, "oracle.losses")
+        if self.clock is not None:
+            distinct = np.unique(ids)
+            down = ~led.holding_mask(distinct)
         led.send_model(ids)
-        self._ask_losses(led.losses_to_ask(ids))
+        ask = led.losses_to_ask(ids)
+        late = None
+        if self.clock is not None:  # one exchange: the model to those without it, a loss back from those asked
+            failed = led.failed_mask(distinct)
+            asked = ~led.has_loss_mask(distinct) & ~failed
+            reach = down | asked
+            reached = distinct[reach]
+            asked = asked[reach]
+            late_reached = self.clock.exchange(
+                reached, failed=failed[reach], models_down=down[reach],
+                eval_samples=np.where(asked, self._engine.eval_sizes[reached], 0), scalars_up=asked,
+            )
+            if late_reached.any():
+                late = np.isin(ask, reached[late_reached])
+        self._ask_losses(ask, late)
         return led.loss(ids)
 
     def trial(self, ids: Any) -> np.ndarray:
@@ -344,9 +411,16 @@ class SimulationOracle(ClientOracle):
             raise ValueError("oracle.trial: needs at least one client id")
         base = self.losses(np.arange(self.n_clients))  # paid once per round
         todo = led.to_train(ids)
+        samples = np.zeros(0, dtype=np.int64)
         if todo.size:
-            self._train(todo, purpose="trial")
+            samples = self._train(todo, purpose="trial")
         alive = led.alive(ids)
+        if self.clock is not None and alive.size:  # the trial clients train and send their updates
+            late = self.clock.exchange(alive, models_up=self._not_uploaded(alive),
+                                       train_samples=_lookup(todo, samples, alive))
+            if late.any():
+                led.mark_failed(alive[late])
+                alive = alive[~late]
         if not alive.size:  # no trial client answered: nothing was learned
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
@@ -359,8 +433,18 @@ class SimulationOracle(ClientOracle):
         answering = led.answering()
         eng = self._engine
         after = eng.client_losses(theta_trial, None, buffers_trial)
-        led.record_trial(answering.size, samples_evaluated=int(eng.eval_sizes[answering].sum()),
-                         n_sent=self.n_clients - len(led.known_failed))
+        n_sent = self.n_clients - len(led.known_failed)
+        n_answered = answering.size
+        if self.clock is not None:  # the trial model to every client not known to have failed, a loss back
+            known = np.fromiter(led.known_failed, dtype=np.int64)
+            sent = np.setdiff1d(np.arange(self.n_clients), known)
+            quiet = ~np.isin(sent, answering)
+            late = self.clock.exchange(sent, failed=quiet, models_down=1, eval_samples=eng.eval_sizes[sent],
+                                       scalars_up=~quiet)
+            if late.any():
+                led.mark_failed(sent[late])
+                n_answered -= int(late.sum())
+        led.record_trial(n_answered, samples_evaluated=int(eng.eval_sizes[answering].sum()), n_sent=n_sent)
         led.contacted(np.arange(self.n_clients))
         out = after - base
         out[list(led.failed)] = np.nan
@@ -369,23 +453,27 @@ class SimulationOracle(ClientOracle):
     def local_updates(self, ids: Any, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         led = self.ledger
         ids = led.ids(ids, "oracle.local_updates")
-        led.send_model(ids)
+        new = led.send_model(ids)
         todo = led.to_train(ids)
+        samples = np.zeros(0, dtype=np.int64)
         if todo.size:
-            self._train(todo, purpose="main")
+            samples = self._train(todo, purpose="main")
         rows: list[np.ndarray | None] = []
         for k in ids.tolist():
             if led.is_failed(k):
                 rows.append(None)
                 continue
             u = led.update(k).numpy().astype(np.float32, copy=True)
+            rows.append(u if transform is None else np.asarray(transform(u), dtype=np.float32).reshape(-1))
+        if self.clock is not None:
+            rows = self._time_local_updates(ids, rows, new, todo, samples, full=transform is None)
+        for k, r in zip(ids.tolist(), rows):  # what reached the server is charged
+            if r is None:
+                continue
             if transform is None:
                 led.upload([k])  # the server keeps what it received
-                rows.append(u)
             else:
-                t = np.asarray(transform(u), dtype=np.float32).reshape(-1)
-                led.record_floats_up(t.size)
-                rows.append(t)
+                led.record_floats_up(r.size)
         if not rows:
             return np.zeros((0, self._theta.numel()), dtype=np.float32)
         sizes = {r.size for r in rows if r is not None}
@@ -398,6 +486,26 @@ class SimulationOracle(ClientOracle):
         else:  # nobody answered: the width of a transformed update, from a zero update
             width = np.asarray(transform(np.zeros(self._theta.numel(), dtype=np.float32))).size
         return np.stack([np.full(width, np.nan, dtype=np.float32) if r is None else r for r in rows])
+
+    def _time_local_updates(self, ids: np.ndarray, rows: list[np.ndarray | None], new: np.ndarray, todo: np.ndarray,
+                            samples: np.ndarray, *, full: bool) -> list[np.ndarray | None]:
+        """Time :meth:`local_updates`' exchange on the clock; the rows with late answers set to None (failed)."""
+        led = self.ledger
+        reached = np.unique(ids)
+        floats = np.zeros(reached.size)
+        for k, r in zip(ids.tolist(), rows):
+            if r is not None and not full:
+                floats[np.searchsorted(reached, k)] += r.size
+        failed = self._failed_mask(reached)
+        late = self.clock.exchange(  # type: ignore[union-attr]
+            reached, failed=failed, models_down=np.isin(reached, new), train_samples=_lookup(todo, samples, reached),
+            models_up=(~failed & self._not_uploaded(reached)) if full else 0, floats_up=floats,
+        )
+        if not late.any():
+            return rows
+        led.mark_failed(reached[late])
+        gone = set(reached[late].tolist())
+        return [None if k in gone else r for k, r in zip(ids.tolist(), rows)]
 
     def global_parameters(self) -> np.ndarray:
         return self._theta.numpy().astype(np.float32, copy=True)
@@ -422,9 +530,14 @@ class SimulationOracle(ClientOracle):
         return _drive(self._run_selection_steps(ids))
 
     def train_chosen(self, ids: np.ndarray) -> Generator[TrainingRequest, Any, Reports]:
-        """The round's transport (:class:`fedselect.round.Transport`): :meth:`run_selection` as reports."""
+        """The round's transport (:class:`fedselect.round.Transport`): :meth:`run_selection` as reports,
+        with each reporter's observed seconds (with a clock) and mean squared per-sample loss (when asked)."""
         reporters, updates, losses = yield from self._run_selection_steps(ids)
-        return Reports(reporters, updates, losses, self._n_samples[reporters])
+        durations = None if self.clock is None else self.clock.spent[reporters].copy()
+        sq = None
+        if self._sample_losses:
+            sq = np.array([self._sample_sq[int(k)] for k in reporters.tolist()], dtype=np.float64)
+        return Reports(reporters, updates, losses, self._n_samples[reporters], durations, sq)
 
     def aggregate_buffers(self, reporters: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor] | None:
         """The global buffers averaged over ``reporters`` (:func:`aggregate_buffers`); None without buffers."""
@@ -437,15 +550,53 @@ class SimulationOracle(ClientOracle):
     ) -> Generator[TrainingRequest, Any, tuple[np.ndarray, torch.Tensor, np.ndarray]]:
         """:meth:`run_selection` as a generator that yields its one training for a driver to run."""
         led = self.ledger
+        down = None if self.clock is None else ~led.holding_mask(ids)
         led.send_model(ids)
         todo = led.to_train(ids)
+        batches = None
+        cut = None
+        if down is not None:
+            todo, batches, cut = self._settle(ids, down, todo)
         if todo.size:
-            request = self._training_request(todo, "main")
-            self._record_training(todo, request, (yield request))
+            request = self._training_request(todo, "main", batches)
+            # a request for sample losses runs here: the batched driver of several runs does not compute them
+            self._record_training(todo, request, request.run() if request.sample_losses else (yield request))
+        if cut is not None and cut.size:  # over-selected clients that finished after the first `keep`
+            led.mark_failed(cut)
         self._ask_losses(led.losses_to_ask(ids))
         reporters = led.alive(ids)  # after the losses: a client whose loss is not finite did not report
         led.upload(reporters)
+        if self._sample_losses and reporters.size:
+            led.record_scalars_up(int(reporters.size))  # each reporter's sample_loss_sq, sent with its update
         return reporters, self._updates_of(reporters), led.loss(reporters)
+
+    def _settle(self, ids: np.ndarray, down: np.ndarray,
+                todo: np.ndarray) -> tuple[np.ndarray, list[list[np.ndarray]], np.ndarray]:
+        """Time the training exchange of the chosen ``ids`` on the clock (:meth:`RoundClock.settle`).
+
+        Stragglers and clients offline at their completion are marked failed before training;
+        returns the clients still to train, their minibatches, and the over-selected clients
+        to cut after training.
+        """
+        led = self.ledger
+        assert self.clock is not None
+        batches = self._engine.client_batches(self._client_indices, self._schedule, self._train_seed, self.round,
+                                              todo) if todo.size else []
+        failed = led.failed_mask(ids)
+        ask = ~led.has_loss_mask(ids) & ~failed
+        scalars = np.add(ask, ~failed, dtype=np.int64) if self._sample_losses else ask  # + sample_loss_sq
+        settled = self.clock.settle(
+            ids, failed=failed, keep=self._keep, models_down=down,
+            models_up=~failed & ~led.uploaded_mask(ids), scalars_up=scalars,
+            train_samples=_samples(batches) if todo.size == ids.size else _lookup(todo, _samples(batches), ids),
+            eval_samples=np.where(ask, self._engine.eval_sizes[ids], 0),
+        )
+        if settled.drop.size:
+            led.mark_failed(settled.drop)
+            stay = ~np.isin(todo, settled.drop)
+            todo = todo[stay]
+            batches = [b for b, s in zip(batches, stay.tolist()) if s]
+        return todo, batches, settled.cut
 
 
 class FederatedTrainer(BaseEstimator):
@@ -459,36 +610,19 @@ class FederatedTrainer(BaseEstimator):
     Parameters
     ----------
     selector : str, tuple, BaseSelector or BaseSelector subclass, default None
-        The scheme: a registered name (``"power-of-choice"``), a ``(name, params)`` pair, an
-        instance, a class, or a ``(class, params)`` pair (see
-        :func:`fedselect.plugins.resolve_selector`); None means uniform random. ``fit``
-        trains a new object built from it (a clone of an instance), never the given one.
-        ``set_params(selector__d=10)`` works for every form (see :meth:`set_params`).
+        The scheme: a registered name (``"power-of-choice"``), a ``(name, params)`` pair, an instance, a class, or
+        a ``(class, params)`` pair (:func:`fedselect.plugins.resolve_selector`); None means uniform random. ``fit``
+        trains a clone, never the given object; ``set_params(selector__d=10)`` works for every form.
     model : str, torch.nn.Module or callable, default "mlp"
-        A registered model name (``"logistic"``, ``"mlp"``, ``"cnn"``), a module, or a
-        builder ``model(input_shape, n_outputs, **model_params) -> nn.Module`` (e.g. a module
-        class with that signature). A name or builder is built under ``random_state``. A
-        module is used as given: its current parameters and buffers are w^0 (it may be
-        pretrained), ``random_state`` does not re-initialise it, and ``fit`` never changes it
-        (training is functional; ``parameters_`` and ``buffers_`` hold the result). To have
-        ``random_state`` seed your own architecture, pass its builder instead of an instance.
-        ``n_outputs`` is the federation's number of classes, or its number of regression
-        targets (:attr:`~fedselect.data.Federation.n_outputs`). Batch norm layers are
-        supported: see Notes.
+        A registered model name (``"logistic"``, ``"mlp"``, ``"cnn"``) or a builder
+        ``model(input_shape, n_outputs, **model_params) -> nn.Module``, built under ``random_state``; or a module,
+        used as given (its parameters are w^0; ``fit`` never changes it). See :ref:`user_guide_training_options`.
     model_params : dict, optional
         Passed to the model builder (e.g. ``{"dropout": 0.5}``).
     loss : {"cross-entropy", "mse"} or callable, default "cross-entropy"
-        The per-sample loss used wherever a loss is computed: local training, the losses
-        l_k(w) that selectors see (``oracle.losses``, ``oracle.trial``, ``RoundFeedback.losses``,
-        so loss-based schemes such as power-of-choice, AFL and FedCor rank clients by it),
-        ``track_global_loss`` and the test loss. ``"cross-entropy"`` needs integer labels;
-        ``"mse"`` (mean over outputs of the squared error) needs float targets, i.e. a
-        regression federation, for which no accuracy exists: ``test_accuracy`` is recorded
-        as None and ``target_accuracy`` must be None. A callable ``loss(outputs, targets)``
-        receives the model's outputs ``(m, *out)`` and the m targets and returns the m
-        per-sample losses, shape ``(m,)`` (reduction none; the engine takes each client's
-        mean); it must be differentiable in the outputs and must not call ``.item()`` (it runs
-        inside the vmapped training step). With integer targets the accuracy is the argmax's.
+        The per-sample loss of local training, of the losses selectors see and of the test loss: cross-entropy
+        (integer labels), the squared error (a regression federation, no accuracy), or ``loss(outputs, targets)``
+        returning the m per-sample losses (see :ref:`user_guide_training_options`).
     clients_per_round : int, default 5
         C, the number of clients asked for each round.
     rounds : int, default 100
@@ -500,11 +634,8 @@ class FederatedTrainer(BaseEstimator):
     lr : float, default 0.05
         Local SGD learning rate.
     momentum : float, default 0.0
-        Local SGD momentum m in [0, 1) (heavy ball, dampening 0, as ``torch.optim.SGD``).
-        Each chosen client starts the round with an empty momentum buffer, so momentum acts
-        within a client's local steps of one round only (the common reading in federated
-        code; a server-side momentum across rounds, as in FedAvgM, is not built in). 0 is
-        plain SGD, computed exactly as without the option.
+        Local SGD momentum m in [0, 1) (heavy ball, dampening 0, as ``torch.optim.SGD``); the buffer starts empty
+        each round, so it acts within one client's local steps only (no server momentum). 0 is plain SGD.
     nesterov : bool, default False
         Nesterov momentum (needs ``momentum > 0``).
     lr_schedule : None, "fedcor", mapping or callable
@@ -525,11 +656,8 @@ class FederatedTrainer(BaseEstimator):
     track_global_loss : bool, default False
         Record sum_k p_k l_k(w^{t+1}) each evaluated round (bookkeeping, not charged).
     random_state : int or None
-        Seeds the model initialisation (of a model given by name or builder; a module instance
-        is used as given), the minibatch streams, dropout, and any selector
-        whose own random_state is None: one seed gives the same run bit for bit on one
-        machine (another CPU may round torch kernels differently, and model-dependent
-        selectors then diverge).
+        Seeds the model initialisation (not of a module instance), the minibatch streams, dropout, and any selector
+        whose own random_state is None: one seed gives the same run bit for bit on one machine.
     progress : bool, default False
         Show a progress bar of the rounds, on a terminal or in a notebook only: when stderr is
         redirected to a file there is no bar (its redraws would fill the log).
@@ -542,57 +670,53 @@ class FederatedTrainer(BaseEstimator):
         is unavailable: a chosen client does not report, an oracle question to it is
         charged as sent and answered NaN; see :class:`fedselect.ClientOracle`).
     availability : None, array-like of float or callable, default None
-        Per-client probabilities of being available in a round (e.g. lower for small
-        clients or some labels), or ``f(federation) -> array`` computing them. Client k
-        answers in round t with probability ``availability[k] * (1 - dropout)``. The
-        failures are drawn from their own random stream keyed by (seed, round), so for
-        one ``random_state`` every selector faces the same failures, and the round
-        aggregates the clients that reported: weights a selection carries follow
-        ``partial_weights``, the trainer's own rule is renormalised over the reporters,
-        and a round in which nobody reports leaves the model unchanged. The
-        :class:`~fedselect.RoundFeedback` holds only the reporters; ``history_`` records
-        who failed (``RoundRecord.failed``).
+        Per-client probabilities of being available in a round, or ``f(federation) -> array``: client k answers
+        with probability ``availability[k] * (1 - dropout)``, drawn from a stream keyed by (seed, round), so every
+        selector of one seed faces the same failures (see :ref:`user_guide_failures`).
     partial_weights : {"rescale", "as-given"}, default "rescale"
-        What happens to the weights a selection carries when some chosen clients fail:
-        the reporters' weights are rescaled to keep the selection's total, or kept as given
-        (the failed clients' share is lost). See :func:`fedselect.ledger.reporter_weights`.
+        When some chosen clients fail, the reporters' weights are rescaled to keep the selection's total, or kept
+        as given (the failed share is lost); see :func:`fedselect.ledger.reporter_weights`.
     divergence : float or None, default 10.0
-        Divergence rule: with L_0 the test loss of the initial model, :meth:`fit` raises
-        :class:`DivergenceError` at the first evaluated round whose test loss exceeds
-        ``divergence * L_0`` (or is non-finite; a non-finite global model always raises).
-        With 10 classes L_0 is about ln 10 = 2.3, so the default stops at a test loss of about
-        23; no recorded run of this project's benchmarks went above 2.3 L_0, while a
-        learning rate of 1e4 on digits reaches L_0 * 1000 in its first rounds. None disables
-        the rule (non-finite values still raise). Evaluating L_0 costs one test pass and
-        changes nothing else in the run.
+        :meth:`fit` raises :class:`DivergenceError` at the first evaluated round whose test loss exceeds
+        ``divergence`` times the initial model's, or is non-finite; None keeps only the non-finite check (see
+        :ref:`user_guide_checkpoints`).
     checkpoint_dir : path or None, default None
-        Where :meth:`fit` keeps a checkpoint (``checkpoint.pkl``, a name kept from format 1) of
-        the run in progress: the global model, the selector's learned state (random generators
-        included; its parameters come from the resuming trainer), the random generators of
-        numpy, torch and Python, the history so far and a fingerprint of the configuration, in
-        a format that carries no code (:mod:`fedselect.simulation.checkpoint`: JSON, ``.npy``
-        arrays, and an allow-listed unpickler for the selector's objects). A ``fit`` that finds
-        a checkpoint of the same configuration resumes from it and returns exactly the history
-        an uninterrupted run returns (every per-round field; wall-clock seconds of resumed
-        rounds are those first measured); one written by another configuration raises
-        :class:`~fedselect.simulation.checkpoint.CheckpointMismatchError` naming the parameters
-        that differ. A finished run leaves a final checkpoint, so fitting
-        again with the same directory returns the same result without training (delete the
-        directory, or use another, to train afresh). An unreadable checkpoint is moved aside
-        with a warning and the run starts over. A checkpoint in the pickle format of earlier
-        versions is not read: :class:`~fedselect.simulation.checkpoint.LegacyCheckpointError`
-        (delete it to rerun). ``progress``, ``n_threads``, ``callback``, ``divergence`` and the
-        checkpoint settings are not part of the fingerprint. The callback is called only for
-        the rounds this call trains.
+        Where :meth:`fit` keeps a checkpoint of the run in progress (a format that carries no code); a ``fit``
+        that finds one of the same configuration resumes from it and returns exactly an uninterrupted run's
+        history, one of another configuration raises (see :ref:`user_guide_checkpoints`).
     checkpoint_every : int, default 10
         Write the checkpoint after every k-th round (and when the run ends): a kill redoes at
         most k rounds. Each write serialises the selector's state and the model and fsyncs one file.
     checkpoint_trusted : bool, default False
-        A selector whose learned state holds objects outside the allow-list (a plugin's helper
-        class from another module, a function) cannot be checkpointed safely: :meth:`fit`
-        raises :class:`~fedselect.simulation.checkpoint.UnsafeStateError` before training,
-        naming the attribute. True writes such state with full pickle and reads it back, which
-        runs code from the file: only for a ``checkpoint_dir`` no one else can write to.
+        True checkpoints selector state outside the allow-list (else :meth:`fit` raises
+        :class:`~fedselect.simulation.checkpoint.UnsafeStateError` before training) with full pickle, which runs
+        code from the file: only for a ``checkpoint_dir`` no one else can write to.
+    clock : bool or None, default None
+        Keep simulated time (:mod:`fedselect.clock`): each round lasts its critical path on the
+        clients' device profiles and every record gets ``sim_seconds`` and ``sim_time``. None: a
+        clock runs when the federation has ``profiles``; True: always (homogeneous profiles,
+        :func:`fedselect.profiles.homogeneous`, when it has none); False: never. See
+        :ref:`user_guide_time`.
+    deadline : float or None, default None
+        Seconds a chosen client has for its training exchange (download, local training, upload,
+        after the round's oracle questions); a client past it is a straggler, handled by
+        ``straggler_policy``. Needs a clock.
+    query_timeout : float or None, default None
+        Seconds the server waits for the answers to one oracle question; later answers count as
+        failures (NaN). Needs a clock.
+    straggler_policy : {"fail", "overselect"}, default "fail"
+        What a round does about slow clients. With ``"fail"``, stragglers fail as dropped
+        clients do (charged as asked, absent from the feedback). With ``"overselect"`` (FedCS),
+        the selector is asked for ``ceil(clients_per_round * overselect)`` clients and the first
+        ``clients_per_round`` to finish are aggregated, with the weights the aggregation gives a
+        round whose other clients failed (``partial_weights``). Needs a clock.
+    overselect : float, default 1.3
+        The over-selection factor of ``straggler_policy="overselect"`` (1.3: FedScale's default
+        over-commitment).
+    server_knows_profiles : bool, default False
+        Give the clock's profiles to a selector that takes a ``profiles`` parameter (left None)
+        before it is fitted: the server knows the declared devices. False: the selector learns
+        speed only from the durations it observes. Needs a clock.
 
     Attributes
     ----------
@@ -613,18 +737,8 @@ class FederatedTrainer(BaseEstimator):
 
     Notes
     -----
-    Batch norm: each chosen client trains its own copy of the model's buffers (running mean
-    and variance, ``num_batches_tracked``) along with its parameters, from the global
-    buffers, inside the batched step; the server then sets the global buffers to the
-    weighted mean of the reporting clients' buffers, with the weights it aggregates the
-    parameters with, normalised to sum 1 (FedAvg of buffers, as most federated code does,
-    not FedBN's local statistics; see :func:`fedselect.simulation.engine.aggregate_buffers`).
-    ``num_batches_tracked`` becomes the rounded weighted mean of the clients' counts. Trials
-    (``oracle.trial``) aggregate buffers the same way. Evaluation runs in eval mode with the
-    global buffers. A batch norm layer needs a float ``momentum`` (``momentum=None`` is
-    refused before training), and a layer that cannot normalise a single sample
-    (``BatchNorm1d`` on flat features) makes ``fit`` refuse, before training, a schedule that
-    would give some client a one-sample minibatch, naming the clients and what to change.
+    Batch norm layers are supported: the global buffers are the weighted mean of the reporting clients'
+    (FedAvg of buffers, not FedBN); see :ref:`user_guide_training_options`.
 
     Examples
     --------
@@ -669,6 +783,12 @@ class FederatedTrainer(BaseEstimator):
         checkpoint_dir: str | os.PathLike[str] | None = None,
         checkpoint_every: int = 10,
         checkpoint_trusted: bool = False,
+        clock: bool | None = None,
+        deadline: float | None = None,
+        query_timeout: float | None = None,
+        straggler_policy: str = "fail",
+        overselect: float = 1.3,
+        server_knows_profiles: bool = False,
     ) -> None:
         self.selector = selector
         self.model = model
@@ -701,6 +821,12 @@ class FederatedTrainer(BaseEstimator):
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = checkpoint_every
         self.checkpoint_trusted = checkpoint_trusted
+        self.clock = clock
+        self.deadline = deadline
+        self.query_timeout = query_timeout
+        self.straggler_policy = straggler_policy
+        self.overselect = overselect
+        self.server_knows_profiles = server_knows_profiles
 
     # -- validation -----------------------------------------------------------------
     # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
@@ -738,6 +864,12 @@ class FederatedTrainer(BaseEstimator):
         "checkpoint_dir": [None, InstanceOf(str, "a directory path"), InstanceOf(os.PathLike, "a directory path")],
         "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
         "checkpoint_trusted": ["boolean"],
+        "clock": [None, "boolean"],
+        "deadline": [None, Interval(Real, 0, None, closed="neither")],
+        "query_timeout": [None, Interval(Real, 0, None, closed="neither")],
+        "straggler_policy": [StrOptions(STRAGGLER_POLICIES)],
+        "overselect": [Interval(Real, 1, None, closed="left")],
+        "server_knows_profiles": ["boolean"],
     }
 
     def _validate(self, fed: Any) -> None:
@@ -771,6 +903,7 @@ class FederatedTrainer(BaseEstimator):
                 "(regression), which have no accuracy; set target_accuracy=None and read the test loss in history_"
             )
         self._report_prob = self._report_probabilities(fed)  # kept for fit: a callable availability runs once
+        self._profiles = self._clock_profiles(fed)
         s = self.lr_schedule
         if isinstance(s, Mapping):
             ok = all(is_int(k) and k >= 0 and is_real(v) and v > 0 for k, v in s.items())
@@ -868,6 +1001,26 @@ class FederatedTrainer(BaseEstimator):
         assert arr is not None
         return arr * (1.0 - float(self.dropout))
 
+    def _clock_profiles(self, fed: Any) -> Any:
+        """The profiles the clock runs on, or None when no clock runs (``clock`` and the federation decide)."""
+        from ..profiles import homogeneous
+
+        profiles = getattr(fed, "profiles", None)
+        if self.clock is False or (self.clock is None and profiles is None):
+            needing = {"deadline": self.deadline is not None, "query_timeout": self.query_timeout is not None,
+                       "straggler_policy": self.straggler_policy != "fail",
+                       "server_knows_profiles": bool(self.server_knows_profiles)}
+            for name, set_ in needing.items():
+                if set_:
+                    raise ValueError(
+                        f"FederatedTrainer: parameter {name}={getattr(self, name)!r} needs a clock, but "
+                        f"{'clock=False' if self.clock is False else 'the federation has no profiles'}; give the "
+                        "federation profiles (Federation(..., profiles=...), fedselect.profiles) or pass clock=True "
+                        "(homogeneous devices)"
+                    )
+            return None
+        return homogeneous(fed.n_clients) if profiles is None else profiles
+
     def _make_selector(self) -> BaseSelector:
         from ..plugins import resolve_selector
 
@@ -875,6 +1028,8 @@ class FederatedTrainer(BaseEstimator):
         params = sel.get_params(deep=False)
         if "random_state" in params and params["random_state"] is None:
             sel.set_params(random_state=int(self._seeds[1]))
+        if self.server_knows_profiles and "profiles" in params and params["profiles"] is None:
+            sel.set_params(profiles=self._profiles)  # the server knows the declared devices
         return sel
 
     def _rule_weights(self, selection: Selection, reported: np.ndarray | None = None) -> np.ndarray:
@@ -966,6 +1121,11 @@ class FederatedTrainer(BaseEstimator):
                     history.rounds = state["rounds"]
                     start, finished = state["next_round"], state["finished"]
                     _set_rng_state(state["rng"])
+            self._clock = None
+            if self._profiles is not None:
+                resumed_at = next((r.sim_time for r in reversed(history.rounds) if r.sim_time is not None), 0.0)
+                self._clock = SimulatedClock(self._profiles, model_size=self._engine.n_params, deadline=self.deadline,
+                                             query_timeout=self.query_timeout, start=resumed_at)
             self.selector_ = selector
             self.history_ = history
             self.resumed_from_ = start
@@ -1009,7 +1169,7 @@ class FederatedTrainer(BaseEstimator):
             self.model_ = self._engine.module_at(theta, self._buffers)
         finally:
             torch.set_num_threads(old_threads)
-            for attr in ("_engine", "_fed", "_buffers", "_ckpt_rounds"):
+            for attr in ("_engine", "_fed", "_buffers", "_ckpt_rounds", "_clock"):
                 self.__dict__.pop(attr, None)
 
     # -- divergence and checkpoints -------------------------------------------------
@@ -1026,34 +1186,14 @@ class FederatedTrainer(BaseEstimator):
         )
 
     def _fingerprint(self, fed: Any, selector: BaseSelector, theta0: torch.Tensor) -> dict[str, Any]:
-        """Everything that fixes the run's numbers, flattened to comparable values."""
-        params = {k: v for k, v in self.get_params(deep=False).items() if k not in (*_NOT_FINGERPRINTED, "selector")}
-        for k, default in _LATER_DEFAULTS.items():
-            if isinstance(params.get(k), type(default)) and params[k] == default:
-                del params[k]
-        h = hashlib.sha256()
-        for arr in (fed.y, fed.y_test, np.asarray(fed.X[:: max(1, len(fed.X) // 4096)]),
-                    np.asarray(fed.X_test[:: max(1, len(fed.X_test) // 1024)])):
-            a = np.ascontiguousarray(arr)
-            h.update(str((a.dtype.str, a.shape)).encode())
-            h.update(a.tobytes())
-        for ix in (*fed.client_indices, *fed.loss_indices):
-            h.update(np.ascontiguousarray(ix, dtype=np.int64).tobytes())
-            h.update(b"|")
-        report = getattr(self, "_report_prob", None)
-        report_sha = None if report is None else hashlib.sha256(
-            np.ascontiguousarray(report, dtype=np.float64).tobytes()).hexdigest()
-        return flatten_config({
-            "trainer": params,
-            "selector": {"class": f"{type(selector).__module__}.{type(selector).__qualname__}",
-                         "params": selector.identifying_params()},
-            "federation": {"metadata": dict(getattr(fed, "metadata", {}) or {}), "n_clients": fed.n_clients,
-                           "data_sha256": h.hexdigest()},
-            "model": {"n_params": int(theta0.numel()),
-                      "initial_sha256": hashlib.sha256(theta0.numpy().tobytes()).hexdigest()},
-            # client failures are drawn per round from their own keyed stream: the probabilities fix them
-            "failures": {"report_probability_sha256": report_sha},
-        })
+        """Everything that fixes the run's numbers, flattened to comparable values (see
+        :func:`fedselect.experiments.provenance.checkpoint_fingerprint`)."""
+        from ..experiments.provenance import checkpoint_fingerprint
+
+        out = checkpoint_fingerprint(self, fed, selector, theta0)
+        if self._profiles is not None:  # the clock's devices fix which clients fail and when
+            out["clock.profiles"] = self._profiles.fingerprint()
+        return out
 
     def _check_checkpointable(self, selector: BaseSelector) -> None:
         """Refuse, before training, a selector whose fitted state the safe format cannot hold."""
@@ -1154,7 +1294,14 @@ class FederatedTrainer(BaseEstimator):
         lr = lr_at(self.lr, self.lr_schedule, t)
         fed = self._fed
         n = self.clients_per_round
-        ledger = RoundLedger(fed.n_clients, t, unavailable=self._unavailable(t))
+        unavailable = self._unavailable(t)
+        rc = keep = None
+        if self._clock is not None:
+            rc = self._clock.start_round()
+            if rc.offline.size:  # offline at the round's start: failed, as the per-round draw's clients are
+                unavailable = np.union1d(unavailable, rc.offline)
+            n, keep = self._round_size(selector, fed.n_clients)
+        ledger = RoundLedger(fed.n_clients, t, unavailable=unavailable)
         oracle = SimulationOracle(
             self._engine,
             fed.client_indices,
@@ -1171,6 +1318,9 @@ class FederatedTrainer(BaseEstimator):
             aggregation_weights=self._rule_weights,
             dropout_seed=lambda purpose: self._dropout_seed(t, purpose),
             n_samples=fed.n_samples,
+            clock=rc,
+            keep=keep,
+            sample_losses="sample_losses" in selector.needs,
         )
         name = type(selector).__name__
         record = RoundRecord(round=t, clients=[], weights=[], lr=lr)
@@ -1204,8 +1354,24 @@ class FederatedTrainer(BaseEstimator):
                                     after_aggregate=check_and_test, rule=self.aggregation,
                                     n_samples=fed.n_samples, partial_weights=self.partial_weights)
         record.costs = ledger.costs
+        if rc is not None:
+            record.sim_seconds, record.sim_time = self._clock.end_round(rc)  # type: ignore[union-attr]
         record.seconds = time.perf_counter() - start
         return agg.theta, record
+
+    def _round_size(self, selector: BaseSelector, n_clients: int) -> tuple[int, int | None]:
+        """With a clock: the clients to ask the selector for, and how many of the first to finish report.
+
+        ``straggler_policy="overselect"`` asks for ``ceil(K * overselect)`` and keeps K; a selector
+        that over-commits by itself (a fitted ``overcommit_`` > 1, Oort's) has its first K kept.
+        """
+        K = self.clients_per_round
+        if self.straggler_policy == "overselect":
+            return min(n_clients, math.ceil(K * float(self.overselect) - _CEIL_EPS)), K
+        factor = getattr(selector, "overcommit_", None)
+        if is_real(factor) and factor > 1:
+            return K, K
+        return K, None
 
     def _config(self, fed: Any, selector: BaseSelector) -> dict[str, Any]:
         params = {k: v for k, v in self.get_params(deep=False).items()

@@ -31,7 +31,7 @@ def test_flower_rounds_are_round_records_and_keep_their_keys(fed8):
     rec = strategy.rounds_[0]
     assert isinstance(rec, FlowerRound) and isinstance(rec, RoundRecord)
     assert set(rec.to_dict()) == {"round", "clients", "reported", "failed", "weights", "costs", "traffic", "seconds",
-                                  "rejected", "errors", "evaluation"}
+                                  "rejected", "errors", "evaluation", "wall_seconds", "reply_seconds"}
     assert rec.test_accuracy == rec.evaluation["test-accuracy"] and rec.test_loss == rec.evaluation["test-loss"]
     # The plain record round-trips through JSON with what only a Flower run knows (bytes on the wire).
     plain = rec.as_round_record()

@@ -10,7 +10,7 @@ The expectations are written out by hand from ``src/federated_main.py`` at 8ce23
 trains round e; its branch ``gpr_begin <= epoch <= warmup`` appends ``l(w^{e+1}) - l(w^e)`` and fits on the last
 ``group_size`` vectors after round e's training, i.e. in our select call of round e + 1; its ``else`` branch
 (``update_discount``) runs for every epoch before ``gpr_begin`` and for the Algorithm-1 rounds that are not GP
-rounds. (Its GP rounds fall one round later than ours, which the class docstring states; the test leaves them be.)
+rounds. (Its GP rounds fall one round later than ours, which docs/selectors/fedcor.rst states; the test leaves them be.)
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fedselect_divfl import DivFLSelector, facility_location_greedy, pairwise_distances
+from fedselect_divfl import PRESETS, DivFLSelector, facility_location_greedy, pairwise_distances, power_law_partition
 
 import fedselect
 from fedselect import ClientPool, RoundFeedback
@@ -236,6 +236,60 @@ def test_found_through_its_entry_point(tmp_path, monkeypatch):
         assert all(len(r.clients) == 3 for r in rounds)
         # Stale source: the first rounds take clients never seen, so no client repeats over 3 x 3 of 10.
         assert len({c for r in rounds for c in np.asarray(r.clients).tolist()}) == 9
+        # The paper's setting arrives through the same entry point: the partition and the presets.
+        assert fs_plugins.registry("partitions")["power-law"].plugin == PLUGIN_NAME
+        assert {"divfl-synthetic", "divfl-mnist"} <= set(fs_plugins.list_presets())
     finally:
         if not already and fs_plugins.pm.get_plugin(PLUGIN_NAME) is not None:
             fs_plugins.pm.unregister(name=PLUGIN_NAME)
+
+
+# -- the paper's setting: the partition and the presets ----------------------------------------
+def test_power_law_partition_gives_each_client_consecutive_labels_in_heavy_tailed_amounts():
+    y = np.repeat(np.arange(10), 600)
+    parts = power_law_partition(y, 100, random_state=0)
+    for k, p in enumerate(parts):  # client k holds labels k and k + 1 (mod 10), at least 5 of each
+        counts = np.bincount(y[p], minlength=10)
+        assert set(np.flatnonzero(counts)) == {k % 10, (k + 1) % 10} and counts[counts > 0].min() >= 5
+    flat = np.concatenate(parts)
+    assert np.unique(flat).size == flat.size == y.size  # disjoint, and every sample given out
+    sizes = np.sort([p.size for p in parts])
+    assert sizes[-10:].sum() > 0.4 * y.size  # heavy tail: the largest 10 % hold a large share
+    again = power_law_partition(y, 100, random_state=0)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+
+
+def test_power_law_partition_with_sigma_0_shares_each_label_equally():
+    y = np.repeat(np.arange(4), 40)
+    sizes = [p.size for p in power_law_partition(y, 4, sigma=0.0, random_state=0)]
+    assert sizes == [40, 40, 40, 40]  # two labels each, 20 of each
+    # 31 samples of each label over its two holders: 16 and 15, the extra one by largest remainder (a tie: the
+    # lower client id), not left to whichever holder comes last
+    y = np.repeat(np.arange(3), 31)
+    assert [p.size for p in power_law_partition(y, 3, sigma=0.0, random_state=0)] == [32, 31, 30]
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"labels_per_client": 0}, "labels_per_client must be an integer >= 1"),
+        ({"labels_per_client": 11}, "more than the 10 labels"),
+        ({"sigma": -1.0}, "sigma must be a finite number >= 0"),
+        ({"sigma": float("nan")}, "sigma must be a finite number >= 0"),
+        ({"min_per_label": 700}, "fewer than min_per_label=700"),
+        ({"min_per_label": 1.5}, "min_per_label must be an integer >= 0"),
+    ],
+)
+def test_power_law_partition_refuses_bad_parameters(params, match):
+    with pytest.raises(ValueError, match=match):
+        power_law_partition(np.repeat(np.arange(10), 600), 20, random_state=0, **params)
+
+
+def test_the_presets_are_valid_and_name_the_plugins_scheme_and_partition():
+    from fedselect.presets import check_preset
+
+    assert [p.name for p in PRESETS] == ["divfl-synthetic", "divfl-mnist"]
+    for preset in PRESETS:
+        check_preset(preset)
+        assert ("divfl", {}) in preset.selectors.values()
+    assert PRESETS[1].federation["partition"] == "power-law"

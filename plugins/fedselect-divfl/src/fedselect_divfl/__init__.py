@@ -7,7 +7,10 @@ declares the entry point ::
     divfl = "fedselect_divfl"
 
 so once it is installed, ``fedselect.get_selector("divfl")`` builds a
-:class:`DivFLSelector` and ``fedselect compare --selectors divfl`` runs it.
+:class:`DivFLSelector` and ``fedselect compare --selectors divfl`` runs it. It also ships
+the paper's setting (:mod:`fedselect_divfl.setting`): the partition ``"power-law"``
+(``make_federation("mnist", partition="power-law")``) and the presets ``divfl-synthetic``
+and ``divfl-mnist`` (``fedselect reproduce divfl-synthetic``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import fedselect
 from fedselect import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
 from fedselect.selection import Interval, StrOptions
 
-__all__ = ["DivFLSelector", "facility_location_greedy", "pairwise_distances"]
+from .setting import PRESETS, power_law_partition
+
+__all__ = ["PRESETS", "DivFLSelector", "facility_location_greedy", "pairwise_distances", "power_law_partition"]
 __version__ = "0.1"
 
 _SOURCES = ("stale", "probe", "probe-once")
@@ -306,3 +311,14 @@ class DivFLSelector(BaseSelector):
 @fedselect.hookimpl
 def register_selectors(register):
     register(DivFLSelector, name="divfl")
+
+
+@fedselect.hookimpl
+def register_partitions(register):
+    register(power_law_partition, name="power-law")
+
+
+@fedselect.hookimpl
+def register_presets(register):
+    for preset in PRESETS:
+        register(preset)

@@ -1,0 +1,162 @@
+"""A Flower round is fedselect.round's, and carries what was measured: wall_seconds per round, reply_seconds per
+training reply (bounded by what the server observed, whatever a client's timestamp claims)."""
+
+import json
+import math
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.serverapp.strategy import FedAvg
+
+import fedselect.round as round_module
+from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
+from fedselect.selection import BaseSelector, Selection
+from fedselect.simulation import RoundRecord
+
+from .conftest import TRAIN
+
+SLOW = 0.4  # seconds a slow client sleeps before answering
+
+
+def _app(app, *, kinds=("train",), delay=0.0, created_at=None):
+    """``app`` answering messages of ``kinds`` ``delay`` seconds late, its reply stamped ``created_at(message)``."""
+
+    def wrapped(msg, context):
+        if msg.metadata.message_type in kinds and delay:
+            time.sleep(delay)
+        reply = app(msg, context)
+        if created_at is not None and msg.metadata.message_type in kinds:
+            reply.metadata.created_at = created_at(msg)
+        return reply
+
+    return wrapped
+
+
+def _run(fed, selector, *, apps=None, rounds=2, clients_per_round=8, records_path=None, **kw):
+    clients = FederationClients(fed, random_state=0, **TRAIN)
+    app = clients.client_app()
+    grid = LocalGrid(app, fed.n_clients, seed=5)
+    for partition, make in (apps or {}).items():
+        grid.apps[grid.node_of_partition(partition)] = make(app)
+    kw.setdefault("aggregation", "data-size")
+    strategy = SelectorStrategy(selector, clients_per_round=clients_per_round, n_clients=fed.n_clients,
+                                random_state=0, connect_timeout=5.0, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowerRoundWarning)
+        strategy.start(grid, clients.initial_arrays(), num_rounds=rounds, records_path=records_path)
+    return strategy
+
+
+class Probe(BaseSelector):
+    """Trains every client for an oracle question (``local_updates``), then chooses the first n."""
+
+    def __init__(self):
+        pass
+
+    def _fit(self, pool):
+        pass
+
+    def _select(self, n, *, round, oracle):
+        oracle.local_updates(np.arange(self.n_clients_))
+        return Selection(np.arange(n))
+
+    def _update(self, feedback):
+        pass
+
+
+def test_every_flower_round_is_played_by_the_round_module(fed8, monkeypatch):
+    """With the inner strategy aggregating (aggregation=None) too: the round module calls it through ``apply``."""
+    calls, real = [], round_module.conclude_round
+
+    def counted(*args, **kwargs):
+        calls.append((kwargs["round"], kwargs["rule"], kwargs["apply"] is not None))
+        return (yield from real(*args, **kwargs))
+
+    class Inner(FedAvg):
+        def aggregate_train(self, server_round, replies):
+            replies = list(replies)
+            inner_calls.append((server_round, len(replies)))
+            return super().aggregate_train(server_round, replies)
+
+    inner_calls = []
+    monkeypatch.setattr(round_module, "conclude_round", counted)
+    strategy = _run(fed8, "random", rounds=3, clients_per_round=3, aggregation=None,
+                    inner=Inner(fraction_evaluate=0.0, min_available_nodes=1))
+    assert calls == [(0, "data-size", True), (1, "data-size", True), (2, "data-size", True)]
+    assert inner_calls == [(1, 3), (2, 3), (3, 3)]  # the local models of the 3 reporters, Flower's round numbers
+    for rec in strategy.rounds_:  # FedAvg's weights, from fedselect.aggregation
+        n_k = fed8.n_samples[rec.reported]
+        np.testing.assert_allclose(rec.weights, n_k / n_k.sum())
+
+
+def test_a_slow_client_shows_in_its_reply_seconds_and_in_the_rounds_wall_seconds(fed8):
+    strategy = _run(fed8, "random", apps={2: lambda app: _app(app, delay=SLOW)})
+    for rec in strategy.rounds_:
+        assert sorted(rec.reply_seconds) == rec.reported == list(range(8))
+        assert all(math.isfinite(s) and s >= 0 for s in rec.reply_seconds.values())
+        # LocalGrid answers in the order of the messages: clients 0 and 1 before the slow one
+        assert rec.reply_seconds[2] >= SLOW > rec.reply_seconds[0]
+        assert SLOW <= max(rec.reply_seconds.values()) <= rec.wall_seconds + 0.05
+        assert rec.wall_seconds <= rec.seconds + 1e-3  # the server's own time includes the wait
+
+
+def test_the_oracles_exchanges_count_in_wall_seconds_but_not_in_reply_seconds(fed8):
+    """power-of-choice asks all 8 clients their loss; client 5 is slow to answer that question only."""
+    import fedselect
+
+    slow_loss = {5: lambda app: _app(app, kinds=("query.fedselect_loss",), delay=SLOW)}
+    strategy = _run(fed8, fedselect.get_selector("power-of-choice", d=8), apps=slow_loss, clients_per_round=3)
+    for rec in strategy.rounds_:
+        assert rec.traffic["loss"].messages_down == 8
+        assert rec.wall_seconds >= SLOW
+        assert sorted(rec.reply_seconds) == rec.reported and max(rec.reply_seconds.values()) < SLOW
+
+
+def test_clients_trained_for_an_oracle_question_have_their_reply_seconds(fed8):
+    slow_update = {6: lambda app: _app(app, kinds=("query.fedselect_update",), delay=SLOW)}
+    strategy = _run(fed8, Probe(), clients_per_round=2, apps=slow_update)
+    for rec in strategy.rounds_:
+        assert rec.reported == [0, 1] and rec.traffic["train"].messages_down == 0  # trained already: no message
+        assert sorted(rec.reply_seconds) == list(range(8))  # everyone trained this round, for the oracle
+        assert rec.reply_seconds[6] >= SLOW and rec.wall_seconds >= SLOW
+
+
+def test_a_clients_timestamp_cannot_claim_more_than_the_server_waited_nor_less_than_zero(fed8):
+    def future(msg):
+        return msg.metadata.created_at + 1e9
+
+    def past(msg):
+        return 0.0
+
+    apps = {
+        1: lambda app: _app(app, created_at=future),
+        3: lambda app: _app(app, created_at=past),
+        4: lambda app: _app(app, created_at=lambda msg: float("nan")),
+        6: lambda app: _app(app, created_at=lambda msg: "soon"),
+        7: lambda app: _app(app, delay=SLOW),
+    }
+    strategy = _run(fed8, "random", apps=apps)
+    for rec in strategy.rounds_:
+        assert rec.reported == list(range(8)) and not rec.rejected  # a timestamp is a measurement, not a fault
+        assert rec.reply_seconds[3] == 0.0
+        for k in (1, 4, 6):  # the bound: from sending to the server's receipt of the replies, after the slow one
+            assert SLOW <= rec.reply_seconds[k] <= rec.wall_seconds + 0.05
+
+
+def test_measured_seconds_reach_the_records_file_and_the_history(fed8, tmp_path):
+    path = tmp_path / "rounds.jsonl"
+    strategy = _run(fed8, "random", clients_per_round=3, records_path=path)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == len(strategy.rounds_) == 2
+    for line, rec, plain in zip(lines, strategy.rounds_, strategy.history_.rounds):
+        assert line["wall_seconds"] == rec.wall_seconds > 0
+        assert line["reply_seconds"] == {str(k): v for k, v in rec.reply_seconds.items()}
+        assert sorted(rec.reply_seconds) == rec.reported
+        assert type(plain) is RoundRecord and plain.reply_seconds == rec.reply_seconds
+        assert plain.wall_seconds == rec.wall_seconds
+        assert RoundRecord.from_dict(json.loads(json.dumps(plain.to_dict()))).reply_seconds == rec.reply_seconds

@@ -1,0 +1,352 @@
+"""The experiments package: its import graph, the provenance tables, planning, and one report per folder."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from fedselect.cli import main
+from fedselect.experiments import provenance
+from fedselect.experiments.plan import FederationSource, plan_cells, run_settings, selector_table
+from fedselect.experiments.results import Comparison, load_comparison, parse_result
+from fedselect.simulation.costs import Costs
+from fedselect.simulation.history import History, RoundRecord
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fedselect"
+SMALL = [
+    "--n-clients",
+    "8",
+    "--clients-per-round",
+    "2",
+    "--rounds",
+    "4",
+    "--model",
+    "logistic",
+    "--local-steps",
+    "2",
+    "--no-progress",
+    "--target",
+    "0.3",
+    "--seeds",
+    "0",
+    "1",
+]
+
+
+# -- the import graph ---------------------------------------------------------------------------------------------
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return out
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, at module level or in a function, except those under ``if TYPE_CHECKING:``."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the fedselect modules it imports (module- and function-level; a package's ``__init__`` counts
+    as imported with any of its modules, except by its own modules, which Python imports after it)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, (path, is_package) in modules.items():
+        edges: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            targets: set[str] = set()
+            if isinstance(node, ast.Import):
+                targets = {a.name for a in node.names if a.name.split(".")[0] == "fedselect"}
+            else:
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                if target.split(".")[0] == "fedselect":
+                    targets = {target} | {f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules}
+            for target in targets:
+                parts = target.split(".")
+                for i in range(2, len(parts) + 1):
+                    mod = ".".join(parts[:i])
+                    if mod in modules and not (name == mod or name.startswith(mod + ".")):
+                        edges.add(mod)
+        graph[name] = edges
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The components of mutually reachable modules with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_imports():
+    for name in sorted(_modules()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            importlib.import_module(name)
+
+
+def test_no_import_cycle_runs_through_the_experiments_grid_or_data_sources():
+    graph = import_graph()
+    assert {"fedselect.compare", "fedselect._grid", "fedselect.experiments.provenance"} <= set(graph)
+    assert "fedselect.experiments.run" in graph["fedselect.compare"]  # the graph sees imports at all
+    assert "fedselect.experiments.provenance" in graph["fedselect.simulation.trainer"]  # ... and in functions
+    guarded = {
+        m
+        for m in graph
+        if m in ("fedselect.compare", "fedselect._grid", "fedselect.data.sources")
+        or m.startswith("fedselect.experiments")
+    }
+    # The plugin registry is a hub by design (pluggy's lazy load, DESIGN "Plugins"): every registry lookup
+    # (a partition's or preset's name, a selector's) imports fedselect.plugins inside a function, and the
+    # registry's checks import what they check. Those lookups are not module structure; without the hub, no
+    # cycle may pass through the experiments package, compare, _grid or data.sources.
+    hub = "fedselect.plugins"
+    structural = {m: {d for d in deps if d != hub} for m, deps in graph.items() if m != hub}
+    cycles = [sorted(c) for c in strongly_connected(structural) if c & guarded]
+    assert not cycles, f"import cycles through {sorted(guarded)}: {cycles}"
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
+    graph = import_graph()
+    graph["fedselect.experiments.provenance"] = graph["fedselect.experiments.provenance"] | {"fedselect.plugins"}
+    assert any("fedselect.experiments.provenance" in c for c in strongly_connected(graph))
+
+
+# -- provenance ---------------------------------------------------------------------------------------------------
+
+
+def test_every_entry_of_the_added_later_tables_names_a_class_and_its_parameters():
+    for where, params in {**provenance.ADDED_LATER, **provenance.NOT_IDENTIFYING}.items():
+        module, _, name = where.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        missing = set(params) - set(cls._get_param_names())
+        assert not missing, f"{where} has no parameter(s) {sorted(missing)}"
+
+
+def test_the_trainer_identity_leaves_out_options_and_parameters_at_their_old_default():
+    from fedselect.simulation.trainer import FederatedTrainer
+
+    plain = provenance.trainer_identity(FederatedTrainer(rounds=3))
+    assert not {"momentum", "nesterov", "loss", "progress", "n_threads", "selector"} & set(plain)
+    same = provenance.trainer_identity(FederatedTrainer(rounds=3, momentum=0.0, progress=False, n_threads=2))
+    assert same == plain
+    assert provenance.trainer_identity(FederatedTrainer(rounds=3, momentum=0.5))["momentum"] == 0.5
+
+
+def test_a_subclass_inherits_the_parameters_added_later_and_unpickles_with_them():
+    import pickle
+
+    from fedselect.selectors.fedcor import FedCorSelector
+
+    class Mine(FedCorSelector):
+        pass
+
+    assert provenance.later_defaults(Mine)["gp_solver"] == "gpytorch"
+    assert "gp_solver" not in Mine().identifying_params()
+    state = FedCorSelector().__getstate__()
+    del state["warmup_fit_start"]  # a selector pickled before the parameter existed
+    restored = FedCorSelector.__new__(FedCorSelector)
+    restored.__setstate__(state)
+    assert restored.warmup_fit_start == 0
+    assert pickle.loads(pickle.dumps(FedCorSelector(rank=3))).rank == 3
+
+
+def _result(**extra):
+    history = History([RoundRecord(round=0, clients=[0], weights=[1.0], lr=0.1, test_accuracy=0.5)], model_size=3)
+    return {"key": "k", "label": "random", "seed": 0, "history": history.to_dict(), **extra}
+
+
+def test_result_files_before_format_1_are_migrated_and_newer_formats_refused(tmp_path):
+    old, reason = parse_result(json.dumps(_result()))  # no status, machine or settings: the first layout
+    assert reason is None and old["status"] == "finished" and old["settings"] is None and old["machine"] is None
+    assert parse_result(json.dumps(_result(format=1)))[1] is None
+    saved, reason = parse_result(json.dumps(_result(format=2)))
+    assert saved is None and "result format 2, written by a newer fedselect" in reason
+    assert "not a format number" in parse_result(json.dumps(_result(format="2")))[1]
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "random__seed0.json").write_text(json.dumps(_result()))
+    (runs / "random__seed1.json").write_text(json.dumps(_result(seed=1, format=9)))
+    with pytest.warns(Warning, match="newer fedselect"):
+        comp, cells = load_comparison(tmp_path, 0.4)
+    assert list(comp.histories["random"]) == [0] and [c["status"] for c in cells] == ["finished"]
+
+
+# -- planning -----------------------------------------------------------------------------------------------------
+
+
+def test_planning_keys_every_cell_seed_by_seed():
+    federation = {"dataset": "digits", "n_clients": 6}
+    trainer = {"rounds": 2, "clients_per_round": 2}
+    table = selector_table({"r": "random", "p": ("power-of-choice", {"d": 3})})
+    plan = plan_cells(table, FederationSource(federation), trainer, [2, 0], None)
+    assert [(c.seed, c.label) for c in plan.cells] == [(2, "r"), (2, "p"), (0, "r"), (0, "p")]
+    for cell in plan.cells:
+        assert cell.settings == run_settings(federation, trainer, table[cell.label], cell.seed)
+        assert cell.key == provenance.run_key(cell.settings) and cell.path is None and cell.checkpoint is None
+    assert plan.cells[1].selector == "power-of-choice"
+
+
+# -- one report per folder ----------------------------------------------------------------------------------------
+
+
+def _history(accuracies):
+    rounds = [
+        RoundRecord(round=t, clients=[0], weights=[1.0], lr=0.1, test_accuracy=a, costs=Costs(models_down=1))
+        for t, a in enumerate(accuracies)
+    ]
+    return History(rounds, model_size=10)
+
+
+def _comparison(schemes, seeds=range(6), target=0.8):
+    speed = {"random": 3, "fast": 1, "slow": 5, "other": 2}
+    return Comparison(
+        {s: {k: _history([0.1] * (speed[s] + k % 2) + [0.9]) for k in seeds} for s in schemes},
+        target=target,
+        n_clients=1,
+    )
+
+
+def _report(comp, out, reference="random"):
+    comp.write(out)
+    (out / "paired.md").write_text(comp.paired_markdown(reference) + "\n")  # as the command line writes it
+
+
+def test_a_comparison_of_other_schemes_moves_the_earlier_report_aside(tmp_path):
+    first = _comparison(["random", "fast", "slow"])
+    _report(first, tmp_path)
+    table, paired = (tmp_path / "table.md").read_text(), (tmp_path / "paired.md").read_text()
+    assert "This report covers 18 run(s)" in table and f"Report {first.report_id()}" in table
+    assert "family of 2 comparison(s) with random" in paired and "fast, slow" in paired
+
+    second = _comparison(["random", "fast", "other"])  # another family: fast's adjusted p-value would move
+    _report(second, tmp_path)
+    rid = first.report_id()
+    assert (tmp_path / f"table-{rid}.md").read_text() == table  # the earlier table, whole
+    assert (tmp_path / f"paired-{rid}.md").read_text() == paired
+    assert (tmp_path / f"results-{rid}.csv").exists() and (tmp_path / f"summary-{rid}.json").exists()
+    assert "other (seeds 0, 1, 2, 3, 4, 5)" in (tmp_path / "table.md").read_text()
+    assert f"Earlier reports of other runs in this folder: table-{rid}.md" in (tmp_path / "table.md").read_text()
+    assert json.loads((tmp_path / "summary.json").read_text())["report"] == second.report_id()
+
+    _report(second, tmp_path)  # the same runs again: rewritten in place, nothing moved
+    assert sorted(p.name for p in tmp_path.glob("table*.md")) == sorted(["table.md", f"table-{rid}.md"])
+    _report(_comparison(["random", "fast", "other"], seeds=range(4)), tmp_path)  # fewer seeds: other runs
+    _report(_comparison(["random", "fast", "other"], seeds=range(4), target=0.5), tmp_path)  # another target
+    assert len(list(tmp_path.glob("table-*.md"))) == 3
+
+    _report(first, tmp_path)  # the first comparison again takes the plain names; its old copy is superseded
+    assert not (tmp_path / f"table-{rid}.md").exists() and (tmp_path / f"table-{second.report_id()}.md").exists()
+    assert (tmp_path / "table.md").read_text().startswith(table.split("\n\n")[0])
+
+
+def test_pictures_move_with_their_report(tmp_path):
+    first = _comparison(["random", "fast"], seeds=range(2))
+    first.write(tmp_path)
+    first.plot(tmp_path)
+    before = (tmp_path / "accuracy.png").read_bytes()
+    second = _comparison(["random", "slow"], seeds=range(2))
+    second.plot(tmp_path)  # pictures first: the earlier report still moves aside whole
+    assert (tmp_path / f"accuracy-{first.report_id()}.png").read_bytes() == before
+    assert (tmp_path / f"table-{first.report_id()}.md").exists() and not (tmp_path / "table.md").exists()
+
+
+def test_a_report_written_before_report_ids_is_kept_too(tmp_path):
+    (tmp_path / "table.md").write_text("| scheme |\n|---|\n| old |\n")  # no results.csv: an id from its bytes
+    _comparison(["random", "fast"], seeds=range(2)).write(tmp_path)
+    kept = [p for p in tmp_path.glob("table-*.md")]
+    assert len(kept) == 1 and kept[0].read_text() == "| scheme |\n|---|\n| old |\n"
+
+
+def test_a_cli_rerun_with_other_schemes_keeps_the_earlier_table_and_paired_verdict(tmp_path, capsys):
+    assert main(["compare", "--selectors", "random", "round-robin", "--out", str(tmp_path), *SMALL]) == 0
+    table, paired = (tmp_path / "table.md").read_text(), (tmp_path / "paired.md").read_text()
+    assert main(["compare", "--selectors", "random", "data-size", "--out", str(tmp_path), *SMALL]) == 0
+    capsys.readouterr()
+    kept = list(tmp_path.glob("table-*.md"))
+    assert len(kept) == 1 and kept[0].read_text() == table
+    assert (tmp_path / kept[0].name.replace("table-", "paired-")).read_text() == paired
+    covers = next(line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("This report"))
+    assert "data-size (seeds 0, 1)" in covers and "round-robin" not in covers
+    assert "with random, and no other: data-size (seeds 0, 1)" in (tmp_path / "paired.md").read_text()
+
+
+def test_no_selection_picture_is_drawn_from_histories_that_keep_no_chosen_clients(tmp_path):
+    full = _comparison(["random", "fast"], seeds=range(2))
+    assert "selection_frequency.png" in [p.name for p in full.plot(tmp_path / "full")]
+    compact = _comparison(["random", "fast"], seeds=range(2))
+    for runs in compact.histories.values():  # as benchmarks' compact records keep them: no clients per round
+        for h in runs.values():
+            for r in h.rounds:
+                r.clients, r.weights = [], []
+    names = [p.name for p in compact.plot(tmp_path / "compact")]
+    assert names == ["accuracy.png", "communication.png"]
+    assert not (tmp_path / "compact" / "selection_frequency.png").exists()
+
+
+def test_the_same_runs_paired_against_another_reference_keep_the_earlier_verdict(tmp_path, capsys):
+    args = ["compare", "--selectors", "random", "round-robin", "data-size", "--out", str(tmp_path), *SMALL]
+    assert main([*args, "--paired", "random"]) == 0
+    against_random = (tmp_path / "paired.md").read_text()
+    assert main([*args, "--paired", "round-robin"]) == 0  # the same runs (resumed), another family of tests
+    capsys.readouterr()
+    assert (tmp_path / "paired-against-random.md").read_text() == against_random
+    assert (tmp_path / "paired.md").read_text().startswith("Paired by seed against round-robin")
+    assert main([*args, "--paired", "round-robin"]) == 0  # the same reference again: rewritten in place
+    capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.glob("paired*.md")) == ["paired-against-random.md", "paired.md"]
