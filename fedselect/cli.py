@@ -1222,10 +1222,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
 def _keep_paired_of_another_reference(out: Path, reference: str) -> None:
     """Move ``out/paired.md`` aside as ``paired-against-<its reference>.md`` when it pairs against another scheme.
 
@@ -1245,3 +1241,8 @@ def _keep_paired_of_another_reference(out: Path, reference: str) -> None:
         from .compare import _slug
 
         path.replace(out / f"paired-against-{_slug(before)}.md")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

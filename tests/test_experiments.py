@@ -134,7 +134,12 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 def test_every_module_imports():
+    import importlib.util
+
+    flower = importlib.util.find_spec("flwr") is not None  # the first CI stage has no Flower
     for name in sorted(_modules()):
+        if name.startswith("fedselect.flower") and not flower:
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             importlib.import_module(name)
