@@ -44,15 +44,15 @@ from typing import Any
 
 import numpy as np
 
-from .profiles import Availability, SystemProfiles
+from .profiles import COMPUTE_FACTOR, Availability, SystemProfiles
 
 __all__ = ["BYTES_PER_FLOAT", "TRAIN_FACTOR", "RoundClock", "Settlement", "SimulatedClock"]
 
 BYTES_PER_FLOAT = 4
 """Bytes per parameter of a model and per scalar or compressed float on the wire (float32)."""
 
-TRAIN_FACTOR = 3.0
-"""Forward-pass equivalents per trained sample (FedScale: backward ~ 2 x forward); evaluating costs 1."""
+TRAIN_FACTOR = COMPUTE_FACTOR
+"""Forward-pass equivalents per trained sample, 3 (FedScale: backward ~ 2 x forward); evaluating costs 1."""
 
 
 class _OnlineTracker:

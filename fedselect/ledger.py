@@ -178,10 +178,6 @@ class RoundLedger:
     def holds_model(self, k: int) -> bool:
         return bool(self._holding[int(k)])
 
-    def holding_mask(self, ids: Any) -> np.ndarray:
-        """For each of ``ids``, whether it already holds ``w^t`` this round."""
-        return self._holding[self.ids(ids, "holding_mask")]
-
     def send_model(self, ids: Any) -> np.ndarray:
         """Charge one model down per client not yet holding ``w^t``; return those (distinct, in order).
 

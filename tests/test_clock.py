@@ -36,7 +36,16 @@ class Scripted(BaseSelector):
     """Asks the given questions, then chooses ``choose[:n]``; keeps what it was asked and told."""
 
     def __init__(
-        self, *, ask=(), trial=(), updates=(), choose=(0, 1), needs_=("durations",), overcommit=None, random_state=None
+        self,
+        *,
+        ask=(),
+        trial=(),
+        updates=(),
+        choose=(0, 1),
+        needs_=("durations",),
+        overcommit=None,
+        updates_first=False,
+        random_state=None,
     ):
         self.ask = ask
         self.trial = trial
@@ -44,6 +53,7 @@ class Scripted(BaseSelector):
         self.choose = choose
         self.needs_ = needs_
         self.overcommit = overcommit
+        self.updates_first = updates_first
         self.random_state = random_state
 
     @property
@@ -61,11 +71,13 @@ class Scripted(BaseSelector):
 
     def _select(self, n, *, round, oracle):
         self.asked_n_.append(n)
+        if self.updates and self.updates_first:
+            oracle.local_updates(list(self.updates), transform=lambda u: u[:10])
         if self.ask:
             self.answers_.append(oracle.losses(list(self.ask)))
         if self.trial:
             oracle.trial(list(self.trial))
-        if self.updates:
+        if self.updates and not self.updates_first:
             oracle.local_updates(list(self.updates), transform=lambda u: u[:10])
         m = n if self.overcommit is None else math.floor(n * self.overcommit)
         return Selection(np.array(self.choose[:m]))
@@ -98,6 +110,19 @@ def _hand(p, k, D, *, down=0, up=0, scalars=0, floats=0, train=0, ev=0):
 
 
 # ----------------------------------------------------------------------------- critical paths by hand
+
+
+def test_critical_path_of_a_plain_round(fed):
+    """No questions: each chosen client downloads, trains, evaluates its loss and uploads; the slowest ends it."""
+    import dataclasses
+
+    p = _profiles()
+    ev = _eval_sizes(fed)
+    tr = _trainer(Scripted(choose=(1, 3)), rounds=2).fit(dataclasses.replace(fed, profiles=p))
+    D = tr.history_.model_size
+    full = max(_hand(p, k, D, down=1, train=TRAIN, ev=ev[k], scalars=1, up=1) for k in (1, 3))
+    assert [r.sim_seconds for r in tr.history_.rounds] == pytest.approx([full, full], rel=1e-12)
+    assert tr.history_.rounds[1].sim_time == pytest.approx(2 * full, rel=1e-12)
 
 
 def test_critical_path_of_a_loss_question_then_training(fed):
@@ -145,6 +170,27 @@ def test_critical_path_of_compressed_local_updates(fed):
     r = max(_hand(p, k, D, up=1, ev=ev[k], scalars=1) for k in (4, 5))
     assert tr.history_.rounds[0].sim_seconds == pytest.approx(u + r, rel=1e-12)
     assert tr.history_.rounds[0].costs.floats_up == 20
+
+
+def test_critical_path_when_questions_overlap(fed):
+    """A client already trained by a question is asked its loss (no model down) and then only uploads."""
+    import dataclasses
+
+    p = _profiles()
+    ev = _eval_sizes(fed)
+    tr = _trainer(Scripted(updates=(4,), ask=(4, 5), choose=(4, 5), updates_first=True))
+    tr.fit(dataclasses.replace(fed, profiles=p))
+    D = tr.history_.model_size
+    u = _hand(p, 4, D, down=1, train=TRAIN, floats=10)
+    q = max(_hand(p, 4, D, ev=ev[4], scalars=1), _hand(p, 5, D, down=1, ev=ev[5], scalars=1))
+    r = max(_hand(p, 4, D, up=1), _hand(p, 5, D, train=TRAIN, up=1))
+    assert tr.history_.rounds[0].sim_seconds == pytest.approx(u + q + r, rel=1e-12)
+    fb = tr.selector_.feedback_[0]
+    want = {
+        4: u + _hand(p, 4, D, ev=ev[4], scalars=1) + _hand(p, 4, D, up=1),
+        5: _hand(p, 5, D, down=1, ev=ev[5], scalars=1) + _hand(p, 5, D, train=TRAIN, up=1),
+    }
+    assert dict(zip(fb.clients.tolist(), fb.durations.tolist())) == pytest.approx(want)
 
 
 def test_query_timeout_makes_late_answers_failures(fed):
@@ -554,3 +600,20 @@ def test_round_clock_unit_exchange():
     assert rc.spent.tolist() == [2.5, 0.0, 0.0]
     rc.exchange([0, 2], failed=[False, True], models_down=1)  # client 2 never answers: waited for until timeout
     assert rc.elapsed == 8.0
+
+
+def test_exchange_times_are_the_profiles_round_time():
+    """The clock's inlined formula is SystemProfiles.round_time (FedScale's), latency or not."""
+    for latency in (0.0, 0.05):
+        p = sample_profiles(50, random_state=4, latency=latency)
+        rc = SimulatedClock(p, model_size=1000).start_round()
+        ids = np.arange(0, 50, 3)
+        rng = np.random.default_rng(0)
+        down, up, sc, fl = (rng.integers(0, 2, ids.size) for _ in range(4))
+        tr, ev = rng.integers(0, 100, ids.size), rng.integers(0, 50, ids.size)
+        got = rc.times(
+            ids, models_down=down, models_up=up, scalars_up=sc, floats_up=fl, train_samples=tr, eval_samples=ev
+        )
+        want = p.round_time(ids, 4000.0 * down, 4000.0 * up + 4 * (sc + fl), 3 * tr + ev, compute_factor=1.0)
+        sent = (down + up + sc + fl + tr + ev) > 0
+        np.testing.assert_allclose(got, np.where(sent, want, 0.0), rtol=1e-14)

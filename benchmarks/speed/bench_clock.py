@@ -1,15 +1,17 @@
 """What the simulated clock costs: a round's wall time with and without a clock, and N = 100,000 clients.
 
 Part 1 runs the same small federation (digits, 50 clients, logistic regression, C = 10, one
-local epoch of batch 10) with and without a clock, alternating which goes first at every
-repetition, and compares the medians of the summed per-round wall seconds
-(``RoundRecord.seconds``, which excludes building the model and the selector). The clocked run
+local epoch of batch 10) with and without a clock in pairs of short runs, alternating which goes
+first, and reports the median over the pairs of the ratio of their summed per-round wall seconds
+(``RoundRecord.seconds``, which excludes building the model and the selector): adjacent runs
+see about the same load from the rest of the machine. The clocked run
 has heterogeneous devices (:func:`fedselect.profiles.sample_profiles`) whose availability
 intervals cover the whole run (``mean_online`` far longer than the run), so both runs train the
 same clients on the same data and the difference is the clock alone: the per-client times of
 every exchange, the availability tracker, the observed durations. Two selectors: ``random``
 (the cheapest round, where a fixed cost shows most) and ``power-of-choice`` (an oracle question
-each round, one more timed exchange).
+each round, one more timed exchange). On a shared machine the medians move with the other
+load, which the pairing cancels to first order; the clock's own work is also timed alone.
 
 Part 2 runs a few rounds at N = 100,000 clients (FedProx's Synthetic(1, 1), client sizes
 ``8 + int(lognormal(1, 1))`` as in ``bench_scale.py``; logistic regression, C = 10) without a
@@ -21,7 +23,7 @@ clock holds (its arrays: profiles, intervals, the tracker's state, one round's o
 
 Usage::
 
-    nice python -m benchmarks.speed.bench_clock [--reps 9] [--rounds 20] [--large 100000] [--out FILE]
+    nice python -m benchmarks.speed.bench_clock [--reps 40] [--rounds 10] [--large 100000] [--out FILE]
 """
 
 from __future__ import annotations
@@ -57,8 +59,11 @@ def _always_online(n: int, seed: int) -> Any:
 
 
 def _round_seconds(fed: Any, selector: str, rounds: int, clock: bool) -> tuple[float, Any]:
+    """Fit; the summed wall seconds of its rounds and the history (``history.cpu``: each round's CPU seconds
+    after round 0, from the process's CPU clock read at the end of every round)."""
     from fedselect import FederatedTrainer
 
+    stamps: list[float] = []
     tr = FederatedTrainer(
         selector=selector,
         model="logistic",
@@ -69,9 +74,17 @@ def _round_seconds(fed: Any, selector: str, rounds: int, clock: bool) -> tuple[f
         random_state=0,
         n_threads=1,
         clock=clock,
+        callback=lambda trainer, record: stamps.append(time.process_time()),
     )
     tr.fit(fed)
+    tr.history_.cpu = np.diff(stamps).tolist()  # type: ignore[attr-defined]
     return sum(r.seconds for r in tr.history_.rounds), tr.history_
+
+
+def _paired(values_off: list[float], values_on: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles of the ratio clock / no clock over adjacent pairs of runs."""
+    r = np.array(values_on) / np.array(values_off)
+    return float(np.median(r)), float(np.percentile(r, 25)), float(np.percentile(r, 75))
 
 
 def part1(reps: int, rounds: int, out: list[str]) -> None:
@@ -81,28 +94,43 @@ def part1(reps: int, rounds: int, out: list[str]) -> None:
     clocked = dataclasses.replace(fed, profiles=_always_online(fed.n_clients, 0))
     out.append(
         f"part 1: digits, 50 clients, logistic, C = 10, 1 local epoch of batch 10, {rounds} rounds per run, "
-        f"{reps} alternating repetitions; seconds = sum of the rounds' wall seconds"
+        f"{reps} pairs of runs (no clock, clock; which goes first alternates); a run's seconds: the sum of its "
+        "rounds' wall seconds; ratio: clock / no clock within each pair, median and quartiles over the pairs; CPU "
+        "ratio: the same with the process's CPU seconds of rounds 1.. (what the other load on the machine disturbs "
+        "least)"
     )
-    out.append(f"{'selector':18} {'no clock (s)':>13} {'clock (s)':>10} {'ratio':>7}  same selections")
+    out.append(
+        f"{'selector':18} {'no clock (s)':>13} {'clock (s)':>10} {'paired ratio':>13} {'quartiles':>15} "
+        f"{'CPU ratio':>11} {'quartiles':>15}  same selections"
+    )
     for selector in ("random", "power-of-choice"):
         plain: list[float] = []
         timed: list[float] = []
-        same = True
+        cpu: dict[bool, list[float]] = {False: [], True: []}
+        hists = {}
         for rep in range(reps):
             order = (False, True) if rep % 2 == 0 else (True, False)
             for on in order:
                 s, hist = _round_seconds(clocked if on else fed, selector, rounds, on)
                 (timed if on else plain).append(s)
-                if rep == 0:
-                    if on:
-                        clients_on = [r.clients for r in hist.rounds]
-                    else:
-                        clients_off = [r.clients for r in hist.rounds]
-            if rep == 0:
-                same = clients_on == clients_off
-        a, b = statistics.median(plain), statistics.median(timed)
-        out.append(f"{selector:18} {a:13.4f} {b:10.4f} {b / a:7.3f}  {same}")
+                cpu[on].append(sum(hist.cpu))
+                hists[on] = hist
+        same = [r.clients for r in hists[True].rounds] == [r.clients for r in hists[False].rounds]
+        med, q1, q3 = _paired(plain, timed)
+        cmed, cq1, cq3 = _paired(cpu[False], cpu[True])
+        out.append(
+            f"{selector:18} {statistics.median(plain):13.4f} {statistics.median(timed):10.4f} {med:13.3f} "
+            f"{q1:7.3f} {q3:7.3f} {cmed:11.3f} {cq1:7.3f} {cq3:7.3f}  {same}"
+        )
         print(out[-1], flush=True)
+        last_plain = statistics.median(plain)
+    ops = _clock_ops(clocked.profiles, 650)
+    out.append(
+        f"the clock's own work per round measured alone (start, a question to 10 clients, the training exchange of "
+        f"10, end): {ops * 1e6:.0f} us = {ops / (last_plain / rounds) * 100:.1f} % of a power-of-choice round "
+        "without a clock"
+    )
+    print(out[-1], flush=True)
 
 
 def _synthetic(n: int) -> Any:
@@ -165,12 +193,16 @@ def part2(n: int, rounds: int, reps: int, out: list[str]) -> None:
     )
     seconds: dict[bool, list[float]] = {False: [], True: []}
     firsts: dict[bool, list[float]] = {False: [], True: []}
+    runs: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
     for rep in range(reps):
         for on in (False, True) if rep % 2 == 0 else (True, False):
             _, hist = _round_seconds(clocked if on else fed, "random", rounds, on)
             secs = [r.seconds for r in hist.rounds]
             firsts[on].append(secs[0])
             seconds[on].extend(secs[1:])
+            runs[on].append(sum(secs[1:]))
+            cpu[on].append(sum(hist.cpu))
             if on:
                 sim = hist.rounds[-1].sim_time
     for on in (False, True):
@@ -182,9 +214,15 @@ def part2(n: int, rounds: int, reps: int, out: list[str]) -> None:
         )
         print(out[-1], flush=True)
     ratio = statistics.median(seconds[True]) / statistics.median(seconds[False])
+    low = np.percentile(seconds[True], 10) / np.percentile(seconds[False], 10)
+    med, q1, q3 = _paired(runs[False], runs[True])
+    cmed, cq1, cq3 = _paired(cpu[False], cpu[True])
     ops = _clock_ops(profiles, 610)
     out.append(
-        f"  ratio of medians: {ratio:.3f}; the clock's own work per round (start, a question to 10 clients, the "
+        f"  paired ratio of runs (rounds 1..): wall median {med:.3f}, quartiles {q1:.3f} .. {q3:.3f}; CPU median "
+        f"{cmed:.3f}, quartiles {cq1:.3f} .. {cq3:.3f}; ratio of the "
+        f"rounds' medians {ratio:.3f}, of their 10th percentiles (the least disturbed rounds) {low:.3f}; "
+        f"the clock's own work per round (start, a question to 10 clients, the "
         f"training exchange of 10, end), measured alone: {ops * 1e6:.0f} us, "
         f"{ops / statistics.median(seconds[False]) * 100:.1f} % of a round"
     )
@@ -198,8 +236,8 @@ def part2(n: int, rounds: int, reps: int, out: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=9)
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--large-rounds", type=int, default=8)
     parser.add_argument("--large-reps", type=int, default=4)

@@ -383,20 +383,18 @@ class SimulationOracle(ClientOracle):
     def losses(self, ids: Any) -> np.ndarray:
         led = self.ledger
         ids = led.ids(ids, "oracle.losses")
-        if self.clock is not None:
-            distinct = np.unique(ids)
-            down = ~led.holding_mask(distinct)
-        led.send_model(ids)
+        new = led.send_model(ids)
         ask = led.losses_to_ask(ids)
         late = None
         if self.clock is not None:  # one exchange: the model to those without it, a loss back from those asked
-            failed = led.failed_mask(distinct)
-            asked = ~led.has_loss_mask(distinct) & ~failed
-            reach = down | asked
-            reached = distinct[reach]
-            asked = asked[reach]
+            if new.size == ask.size and np.array_equal(new, ask):  # the usual question: fresh clients, all alive
+                reached, down, asked, failed = ask, 1, np.ones(ask.size, dtype=bool), None
+            else:
+                reached = np.union1d(new, ask)
+                down, asked = np.isin(reached, new), np.isin(reached, ask)
+                failed = led.failed_mask(reached)
             late_reached = self.clock.exchange(
-                reached, failed=failed[reach], models_down=down[reach],
+                reached, failed=failed, models_down=down,
                 eval_samples=np.where(asked, self._engine.eval_sizes[reached], 0), scalars_up=asked,
             )
             if late_reached.any():
@@ -550,13 +548,12 @@ class SimulationOracle(ClientOracle):
     ) -> Generator[TrainingRequest, Any, tuple[np.ndarray, torch.Tensor, np.ndarray]]:
         """:meth:`run_selection` as a generator that yields its one training for a driver to run."""
         led = self.ledger
-        down = None if self.clock is None else ~led.holding_mask(ids)
-        led.send_model(ids)
+        new = led.send_model(ids)
         todo = led.to_train(ids)
         batches = None
         cut = None
-        if down is not None:
-            todo, batches, cut = self._settle(ids, down, todo)
+        if self.clock is not None:
+            todo, batches, cut = self._settle(ids, new, todo)
         if todo.size:
             request = self._training_request(todo, "main", batches)
             # a request for sample losses runs here: the batched driver of several runs does not compute them
@@ -570,7 +567,7 @@ class SimulationOracle(ClientOracle):
             led.record_scalars_up(int(reporters.size))  # each reporter's sample_loss_sq, sent with its update
         return reporters, self._updates_of(reporters), led.loss(reporters)
 
-    def _settle(self, ids: np.ndarray, down: np.ndarray,
+    def _settle(self, ids: np.ndarray, new: np.ndarray,
                 todo: np.ndarray) -> tuple[np.ndarray, list[list[np.ndarray]], np.ndarray]:
         """Time the training exchange of the chosen ``ids`` on the clock (:meth:`RoundClock.settle`).
 
@@ -583,11 +580,15 @@ class SimulationOracle(ClientOracle):
         batches = self._engine.client_batches(self._client_indices, self._schedule, self._train_seed, self.round,
                                               todo) if todo.size else []
         failed = led.failed_mask(ids)
-        ask = ~led.has_loss_mask(ids) & ~failed
+        if new.size == ids.size:  # none held w^t: none has trained, sent its loss or uploaded this round
+            down, ask, up = 1, ~failed, ~failed
+        else:
+            down = np.isin(ids, new)
+            ask = ~led.has_loss_mask(ids) & ~failed
+            up = ~failed & ~led.uploaded_mask(ids)
         scalars = np.add(ask, ~failed, dtype=np.int64) if self._sample_losses else ask  # + sample_loss_sq
         settled = self.clock.settle(
-            ids, failed=failed, keep=self._keep, models_down=down,
-            models_up=~failed & ~led.uploaded_mask(ids), scalars_up=scalars,
+            ids, failed=failed, keep=self._keep, models_down=down, models_up=up, scalars_up=scalars,
             train_samples=_samples(batches) if todo.size == ids.size else _lookup(todo, _samples(batches), ids),
             eval_samples=np.where(ask, self._engine.eval_sizes[ids], 0),
         )
