@@ -1,6 +1,6 @@
 """The simulated clock: how long each round lasts, from the clients' profiles and what the round sent.
 
-A round lasts as long as its critical path (SPEC "Time", FedScale's completion-time model):
+A round lasts as long as its critical path (FedScale's completion-time model, Lai et al. 2022):
 
 1. each oracle question is one exchange with the clients it reaches (a model or a request down,
    some work, an answer up); the server waits for the slowest answer, or for ``query_timeout``

@@ -3,7 +3,7 @@
 A :class:`SystemProfiles` holds, per client, the seconds one forward pass on one sample takes,
 the download and upload bandwidth in bytes per second, a latency per message, and (optionally)
 an :class:`Availability`: on/off intervals over simulated time. Its one piece of arithmetic is
-:meth:`SystemProfiles.round_time`, FedScale's completion-time model (SPEC "Time")::
+:meth:`SystemProfiles.round_time`, FedScale's completion-time model (Lai et al., ICML 2022)::
 
     seconds = compute_factor * n_samples * seconds_per_sample     (compute; 3 for training, 1 to evaluate)
             + bytes_down / download_bandwidth + bytes_up / upload_bandwidth
@@ -399,7 +399,7 @@ class SystemProfiles:
         compute_factor: float = COMPUTE_FACTOR,
         parts: bool = False,
     ) -> np.ndarray | dict[str, np.ndarray]:
-        """Seconds each client needs for one exchange: download, compute, upload (SPEC "Time").
+        """Seconds each client needs for one exchange: download, compute, upload (FedScale's model).
 
         ``compute_factor * n_samples * seconds_per_sample + bytes_down / download_bandwidth
         + bytes_up / upload_bandwidth + 2 * latency``. A pure function of its arguments: no

@@ -12,12 +12,12 @@ from .._validation import InstanceOf, Interval, StrOptions
 from ..hookspecs import hookimpl
 from ..profiles import SystemProfiles
 from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_client_ids
-from .oort import declared_durations
+from ._durations import DurationKnowledge
 
 __all__ = ["DeadlineRandomSelector"]
 
 
-class DeadlineRandomSelector(BaseSelector):
+class DeadlineRandomSelector(DurationKnowledge, BaseSelector):
     """Random selection restricted to clients expected to meet a deadline (a system-aware baseline).
 
     Client k's expected duration e_k is the latest duration the server observed for it
@@ -100,31 +100,13 @@ class DeadlineRandomSelector(BaseSelector):
         "random_state": ["random_state"],
     }
 
-    def identifying_params(self) -> dict[str, Any]:
-        """As :meth:`BaseSelector.identifying_params`, with ``profiles`` by its content's fingerprint."""
-        params = super().identifying_params()
-        if params.get("profiles") is not None:
-            params["profiles"] = f"SystemProfiles:{params['profiles'].fingerprint()}"
-        return params
-
     def _fit(self, pool: ClientPool) -> None:
-        if self.profiles is not None and self.profiles.n_clients != pool.n_clients:
-            raise ValueError(
-                f"{type(self).__name__}: parameter profiles describes {self.profiles.n_clients} clients but the "
-                f"federation has {pool.n_clients}; expected one profile per client"
-            )
+        self._start_durations(pool)
         self.rng_ = check_random_state(self.random_state)
-        self.duration_ = np.full(pool.n_clients, np.nan)
         self.deadline_ = np.inf
-        self.declared_ = False
 
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
-        if self.profiles is not None and not self.declared_:
-            declared = declared_durations(
-                self.profiles, self.n_samples_, self.samples_per_round, int(np.asarray(oracle.global_parameters()).size)
-            )
-            self.duration_ = np.where(np.isnan(self.duration_), declared, self.duration_)
-            self.declared_ = True
+        self._declare_durations(oracle)
         e = self.duration_
         known = np.sort(e[~np.isnan(e)])
         if self.deadline is not None:
@@ -147,7 +129,7 @@ class DeadlineRandomSelector(BaseSelector):
     def _update(self, feedback: RoundFeedback) -> None:
         if feedback.durations is not None:
             ids = check_client_ids(feedback.clients, self.n_clients_, what=f"{type(self).__name__}.update")
-            self.duration_[ids] = np.asarray(feedback.durations, dtype=np.float64)
+            self._observe_durations(feedback, ids)
 
 
 @hookimpl

@@ -13,6 +13,7 @@ from .._validation import InstanceOf, Interval, StrOptions
 from ..hookspecs import hookimpl
 from ..profiles import SystemProfiles
 from ..selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, check_client_ids
+from ._durations import DurationKnowledge, declared_durations
 
 __all__ = ["OORT_PRESETS", "OortSelector", "declared_durations", "weighted_sample"]
 
@@ -37,7 +38,6 @@ OORT_PRESETS: dict[str, dict[str, float]] = {
     },
 }
 _FLOOR_EPS = 1e-9  # absorbs float error in floor(n * overcommit), e.g. 10 * 1.1 = 11.000000000000002
-BYTES_PER_PARAMETER = 4  # float32 models, down and up
 
 
 def weighted_sample(rng: np.random.RandomState, weights: np.ndarray, k: int) -> np.ndarray:
@@ -82,20 +82,7 @@ def _top(values: np.ndarray, k: int) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-def declared_durations(
-    profiles: SystemProfiles, n_samples: np.ndarray, samples_per_round: int | None, n_parameters: int
-) -> np.ndarray:
-    """Each client's expected round time from declared profiles, as FedScale registers clients.
-
-    ``profiles.round_time`` with one float32 model down and one up (4 bytes per parameter) and
-    ``samples_per_round`` training samples (``n_k``, one local epoch, when None).
-    """
-    samples = n_samples if samples_per_round is None else np.full(n_samples.size, samples_per_round)
-    size = float(BYTES_PER_PARAMETER * n_parameters)
-    return np.asarray(profiles.round_time(np.arange(n_samples.size), size, size, samples), dtype=np.float64)
-
-
-class OortSelector(BaseSelector):
+class OortSelector(DurationKnowledge, BaseSelector):
     """Oort's training selector (Lai et al. [1]_, Algorithm 1 and Section 4), after its official code [2]_ [3]_.
 
     Client i keeps a reward U_i, a duration t_i, the round L_i it last reported and a count. It
@@ -257,26 +244,14 @@ class OortSelector(BaseSelector):
             return OORT_PRESETS.get(self.variant, OORT_PRESETS["oort"])[name]
         return value
 
-    def identifying_params(self) -> dict[str, Any]:
-        """As :meth:`BaseSelector.identifying_params`, with ``profiles`` by its content's fingerprint."""
-        params = super().identifying_params()
-        if params.get("profiles") is not None:
-            params["profiles"] = f"SystemProfiles:{params['profiles'].fingerprint()}"
-        return params
-
     # -- fit --------------------------------------------------------------------------------
     def _fit(self, pool: ClientPool) -> None:
-        if self.profiles is not None and self.profiles.n_clients != pool.n_clients:
-            raise ValueError(
-                f"{type(self).__name__}: parameter profiles describes {self.profiles.n_clients} clients but the "
-                f"federation has {pool.n_clients}; expected one profile per client"
-            )
+        self._start_durations(pool)
         N = pool.n_clients
         self.rng_ = check_random_state(self.random_state)
         cap = self.n_samples_ if self.samples_per_round is None else np.minimum(self.n_samples_, self.samples_per_round)
         self.bin_ = cap.astype(np.float64)
         self.reward_ = self.bin_.copy()
-        self.duration_ = np.full(N, np.nan)
         self.last_round_ = np.zeros(N, dtype=np.int64)
         self.count_ = np.zeros(N, dtype=np.int64)
         self.explored_ = np.zeros(N, dtype=bool)
@@ -291,19 +266,13 @@ class OortSelector(BaseSelector):
         self.last_exploited_ = np.zeros(0, dtype=np.int64)
         self.last_explored_ = np.zeros(0, dtype=np.int64)
         self.pending_: tuple[int, int, np.ndarray] | None = None  # (round, n requested, chosen) awaiting feedback
-        self.declared_ = False
         self.scores_ = np.full(N, np.nan)
         self.overcommit_ = float(self.resolved("overcommit"))  # what a clock-aware round reads
 
     # -- select -----------------------------------------------------------------------------
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
         N = self.n_clients_
-        if self.profiles is not None and not self.declared_:
-            declared = declared_durations(
-                self.profiles, self.n_samples_, self.samples_per_round, int(np.asarray(oracle.global_parameters()).size)
-            )
-            self.duration_ = np.where(np.isnan(self.duration_), declared, self.duration_)
-            self.declared_ = True
+        self._declare_durations(oracle)
         m = min(N, max(n, math.floor(n * self.overcommit_ + _FLOOR_EPS)))
         self.calls_ += 1
         if m >= N:  # everyone: the official sampler returns all clients without consulting Oort
@@ -417,8 +386,7 @@ class OortSelector(BaseSelector):
         ok = np.isfinite(util)
         new = self.bin_[ids] * util
         self.reward_[ids[ok]] = new[ok]
-        if feedback.durations is not None:
-            self.duration_[ids] = np.asarray(feedback.durations, dtype=np.float64)
+        self._observe_durations(feedback, ids)
         self._reported(ids, t)
         pending, self.pending_ = self.pending_, None
         if pending is None or pending[0] != t or feedback.durations is None or not ok.any():
