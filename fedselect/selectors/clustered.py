@@ -169,8 +169,7 @@ class ClusteredSamplingSelector(BaseSelector):
     rng_ : numpy RandomState
         The selection stream.
     segments_ : tuple of ndarray
-        The current distributions as (clients, lengths, rows) segments of the line
-        ``[0, m)`` (see :func:`allocate`); use :meth:`distributions` for the matrix.
+        The distributions as (clients, lengths, rows) segments of ``[0, m)`` (:func:`allocate`, :meth:`distributions`).
     m_ : int or None
         The m the current distributions were built for.
     clusters_ : ndarray of int or None
@@ -184,11 +183,9 @@ class ClusteredSamplingSelector(BaseSelector):
 
     References
     ----------
-    .. [1] Fraboni, Y., Vidal, R., Kameni, L., Lorenzi, M. "Clustered Sampling:
-       Low-Variance and Improved Representativity for Clients Selection in Federated
-       Learning." ICML 2021 (Algorithms 1-2, Proposition 1, Theorem 1); official code:
-       github.com/Accenture/Labs-Federated-Learning, branch ``clustered_sampling``,
-       ``py_func/clustering.py``.
+    .. [1] Fraboni, Y., Vidal, R., Kameni, L., Lorenzi, M. "Clustered Sampling: Low-Variance and Improved
+       Representativity for Clients Selection in Federated Learning." ICML 2021 (Algorithms 1-2, Proposition 1,
+       Theorem 1); official code: github.com/Accenture/Labs-Federated-Learning, ``py_func/clustering.py``.
 
     Examples
     --------

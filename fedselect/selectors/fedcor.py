@@ -96,9 +96,8 @@ class FedCorSelector(BaseSelector):
     chosen). Fitting (Eq. 17) runs Adam on ``Phi_t(X) = sum_{m=0..M} gamma^m log p(dl^{t - m Dt} | X)``,
     ``gamma = theta^Dt``. Schedule (Algorithm 2), W = ``warmup_rounds``, Dt = ``gp_interval``: rounds 0..W choose
     uniformly, observe every client's loss and refit X after each new vector; later rounds run Algorithm 1, and each
-    round ``t > W`` with ``t % Dt == 0`` resets alpha, runs one trial on n random clients and refits X. The chosen
-    models are averaged uniformly (Eq. 4): no weights are returned. Details, the official code's readings
-    (:data:`CODE_2022`) and the scale: :ref:`selector_fedcor`.
+    round ``t > W`` with ``t % Dt == 0`` resets alpha, runs one trial on n random clients and refits X. Models are
+    averaged uniformly (Eq. 4). Readings (:data:`CODE_2022`) and scale: :ref:`selector_fedcor`.
 
     **Costs.** Warm-up: N losses per round (N models down, N scalars up) for ``W + 2 - warmup_fit_start`` rounds;
     each GP round: one trial (n local trainings, N models down, N losses up); nothing else. Server: an Adam step on M
@@ -107,8 +106,7 @@ class FedCorSelector(BaseSelector):
     Parameters
     ----------
     rank : int, default=15
-        d, the embedding dimension (appendix C). A federation with ``N <= rank`` clients uses
-        ``rank_ = max(N - 1, 1)`` with a ``UserWarning`` (the paper requires d < N).
+        d, the embedding dimension (appendix C); ``max(N - 1, 1)`` with a warning when ``N <= rank`` (d < N).
     warmup_rounds : int, default=15
         W, the last warm-up round (15 for FMNIST, 20 for CIFAR-10; Sec. 5.1).
     gp_interval : int, default=10
@@ -116,8 +114,7 @@ class FedCorSelector(BaseSelector):
     beta : float, default=0.95
         The annealing coefficient of Eq. (9) in (0, 1] (0.95 FMNIST, 0.9 CIFAR-10; 1 disables annealing).
     theta : float, default=0.9
-        The per-round discount of old vectors, ``gamma = theta^Dt`` in Eq. (17) (appendix C: 0.9 FMNIST,
-        0.99 CIFAR-10; the 2022 code ran 0.8 and 0.97).
+        Per-round discount, ``gamma = theta^Dt`` in Eq. (17) (0.9 FMNIST, 0.99 CIFAR-10; the 2022 code 0.8, 0.97).
     warmup_history : int, default=10
         M of Eq. (17) in the warm-up phase (appendix C: M = 10, i.e. 11 vectors).
     history : int, default=1
@@ -131,47 +128,32 @@ class FedCorSelector(BaseSelector):
     noise : float, default=0.01
         s_n, the fixed noise standard deviation of the kernel (the official code).
     update_mean : bool, default=False
-        Fit with ``mu_k`` the discounted mean of client k's loss changes (the 2023 code) instead of ``mu = 0``
-        (the paper, footnote 1); it changes X, not the selection rule.
+        Fit with ``mu_k`` the discounted mean of k's loss changes (the 2023 code), not ``mu = 0`` (footnote 1).
     schedule : {"paper", "readme2023"}, default="paper"
         The GP-fitting schedule: the paper's, or the official code's 2023 README (see :ref:`fedcor-readings`).
     gp_history : {"rounds", "latest"}, default="rounds"
-        A GP round's older vectors: those of rounds ``t - m Dt`` (Eq. 17) or the M most recent ones (the 2022
-        code); ignored by ``schedule="readme2023"`` (see :ref:`fedcor-readings`).
+        A GP round's older vectors: rounds ``t - m Dt`` (Eq. 17) or the M most recent (the 2022 code).
     posterior_noise : bool, default=False
-        Condition Algorithm 1 on noisy predictions (start from ``X^T X``, divide by ``S_kk + s_n^2``), as the
-        2022 code does; the default follows Eq. (11).
+        Algorithm 1 on noisy predictions (from ``X^T X``, over ``S_kk + s_n^2``: the 2022 code), not Eq. (11).
     warmup_fit_start : int, default=0
-        s, the first round whose loss change the warm-up observes and fits, at most W (the 2022 code's
-        ``gpr_begin``, 10; see :ref:`fedcor-readings`).
+        s <= W, the first warm-up round observed and fitted (the 2022 code's ``gpr_begin``, 10).
     anneal_before_fit_start : bool, default=False
         Anneal the clients chosen uniformly in rounds ``0..s-1``, as the 2022 code does; nothing when s = 0.
     gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
-        Evaluate Eq. (17) through GPyTorch (every recorded result) or by the same formulas written out in torch:
-        the same likelihood, faster at large N, not bit-for-bit the default's run (see :ref:`fedcor-scale`).
+        Eq. (17) through GPyTorch (every recorded result) or written out in torch (faster at large N, not bit-equal).
     random_state : None, int or numpy RandomState, default=None
         Seeds the warm-up and trial choices and, through a torch Generator, the initial embeddings (N(0, 1/d)).
 
     Attributes
     ----------
-    rng_ : numpy RandomState
-        The selection stream.
-    rank_ : int
-        The embedding dimension in use (``rank``, or less for a small federation).
-    embeddings_ : ndarray, shape (``rank_``, n_clients)
-        X, a copy of the current embeddings.
-    covariance_ : ndarray, shape (n_clients, n_clients)
-        ``X^T X + s_n^2 I``, computed on each access (for diagnostics at small N).
-    alpha_ : ndarray, shape (n_clients,)
-        The annealing factors ``beta^tau_k`` in use.
-    history_ : list of LossChangeRecord
-        The loss-change vectors a future fit may still use, oldest first.
-    fit_log_ : list of FitRecord
-        One record per fit.
-    last_selection_order_ : ndarray of int
-        The clients of the last Algorithm-1 selection in the order they were picked.
-    n_clients_ : int
-        N.
+    rng_, rank_, n_clients_ : numpy RandomState, int, int
+        The selection stream; the embedding dimension in use (``rank``, or less for a small federation); N.
+    embeddings_, covariance_ : ndarray, shapes (``rank_``, N) and (N, N)
+        X (a copy) and ``X^T X + s_n^2 I`` (computed on each access, for diagnostics at small N).
+    alpha_, last_selection_order_ : ndarray
+        The annealing factors ``beta^tau_k`` in use; the last Algorithm-1 picks, in the order picked.
+    history_, fit_log_ : list of LossChangeRecord, list of FitRecord
+        The loss-change vectors a future fit may still use (oldest first); one record per fit.
 
     References
     ----------
@@ -183,12 +165,7 @@ class FedCorSelector(BaseSelector):
     Examples
     --------
     >>> from fedselect.selection import ClientPool
-    >>> from fedselect.testing import SyntheticOracle
-    >>> sel = FedCorSelector(warmup_rounds=2, warmup_iters=20, gp_iters=20, rank=3, random_state=0)
-    >>> sel, oracle = sel.fit(ClientPool([10] * 20)), SyntheticOracle(20, random_state=0)
-    >>> for t in range(5):
-    ...     _ = oracle.run_round(sel.select(4, round=t, oracle=oracle))
-    >>> sel.embeddings_.shape
+    >>> FedCorSelector(rank=3, random_state=0).fit(ClientPool([10] * 20)).embeddings_.shape
     (3, 20)
     """
 

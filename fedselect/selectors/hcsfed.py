@@ -376,14 +376,8 @@ class HCSFedSelector(BaseSelector):
     ----------
     rng_ : numpy RandomState
         The selection stream.
-    labels_ : ndarray of int or None
-        Each client's cluster in the latest round.
-    cohesion_ : ndarray of float or None
-        S_h of the latest round.
-    shares_ : ndarray of float or None
-        The real shares of Eq. 5 (capped) in the latest round.
-    allocation_ : ndarray of int or None
-        m_h of the latest round.
+    labels_, cohesion_, shares_, allocation_ : ndarray or None
+        The latest round's cluster of each client, S_h, the real (capped) shares of Eq. 5 and m_h.
     inclusion_ : ndarray of float or None
         Every client's marginal inclusion probability pi_k in the latest round (0 for the clients
         Eq. 5 or Eq. 6 skipped that round: a singleton or zero-cohesion cluster, a zero update).
@@ -394,9 +388,8 @@ class HCSFedSelector(BaseSelector):
 
     References
     ----------
-    .. [1] Song, D., Shen, G., Gao, D., Yang, L., Zhou, X., Pan, S., Lou, W., Zhou, F.
-       "Fast Heterogeneous Federated Learning with Hybrid Client Selection" (HCSFed),
-       2023 (Algorithms 1-2, Eqs. 4-6, Theorem 1).
+    .. [1] Song, D., Shen, G., Gao, D., Yang, L., Zhou, X., Pan, S., Lou, W., Zhou, F. "Fast Heterogeneous
+       Federated Learning with Hybrid Client Selection" (HCSFed), 2023 (Algorithms 1-2, Eqs. 4-6, Theorem 1).
 
     Examples
     --------

@@ -102,9 +102,8 @@ class OortSelector(DurationKnowledge, BaseSelector):
     4. the other m - E among unexplored clients: the top ``sample_window`` x (m - E) by
        U_i * (T / t_i)^alpha, drawn in proportion; a shortfall is filled uniformly.
 
-    Durations come from ``feedback.durations`` (observed), else ``profiles`` (declared); unknown ones
-    get no penalty: without a clock Oort is its statistical part. ``variant``: one official copy's
-    defaults and code paths (:ref:`selector_oort`). Over-commitment returns m > n clients.
+    Durations come from ``feedback.durations`` (observed), else ``profiles`` (declared); unknown ones get no
+    penalty: without a clock Oort is its statistical part. Over-commitment returns m > n clients.
 
     **Costs.** Nothing asked of the oracle (``profiles``: the model size, free); one scalar up per
     reporter with its update; O(N) state and time per round.
@@ -112,8 +111,7 @@ class OortSelector(DurationKnowledge, BaseSelector):
     Parameters
     ----------
     variant : {"oort", "fedscale"}, default="oort"
-        Whose defaults (:data:`OORT_PRESETS`) and code paths: the Oort repository (the paper's code)
-        or FedScale's copy.
+        Whose defaults (:data:`OORT_PRESETS`) and code paths: the Oort repository (the paper's) or FedScale's.
     exploration_factor : float, default=0.9
         Initial epsilon.
     exploration_decay, exploration_min : float or None, default=None
@@ -154,8 +152,8 @@ class OortSelector(DurationKnowledge, BaseSelector):
 
     References
     ----------
-    .. [1] Lai, F., Zhu, X., Madhyastha, H. V., Chowdhury, M. "Oort: Efficient Federated Learning
-       via Guided Participant Selection." OSDI 2021.
+    .. [1] Lai, F., Zhu, X., Madhyastha, H. V., Chowdhury, M. "Oort: Efficient Federated Learning via Guided
+       Participant Selection." OSDI 2021.
     .. [2] github.com/SymbioticLab/Oort, ``oort/oort.py`` and ``training/``.
     .. [3] github.com/SymbioticLab/FedScale, ``thirdparty/oort/oort.py`` and ``fedscale/cloud/``.
 
