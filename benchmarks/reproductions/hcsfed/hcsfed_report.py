@@ -19,17 +19,28 @@ setting calibrated to the paper's Random row, see ``fedselect.presets._hcsfed_ca
 whose first lines also say whether the calibration held over all the seeds run, and which adds both
 settings' tables side by side. Cells not run yet are shown as missing; the report says what was run.
 
+``--setting recalibrated`` reports the setting recalibrated so that full participation reaches 80 % before
+the paper's fastest row (issue 24; ``recalibrated/CALIBRATION.md``): it reads the runs
+``recalibrated/table/run.sh`` writes (``table/full``, one set of full-participation runs shared by every q,
+and ``table/q<q>``), as far as they have run, and writes ``recalibrated/REPORT.md``, whose first lines say
+per q whether each HCSFed row beats Random, Importance (OCS) and Cluster (paired by seed, Holm over those
+three comparisons per row and q) and whether the paper's speed-up over Cluster and OCS appears, and name
+every cell not run yet.
+
 Usage::
 
-    python -m benchmarks.reproductions.hcsfed.hcsfed_report                       # the base setting
-    python -m benchmarks.reproductions.hcsfed.hcsfed_report --setting calibrated  # the calibrated one
+    python -m benchmarks.reproductions.hcsfed.hcsfed_report                         # the base setting
+    python -m benchmarks.reproductions.hcsfed.hcsfed_report --setting calibrated    # the calibrated one
+    python -m benchmarks.reproductions.hcsfed.hcsfed_report --setting recalibrated  # the recalibrated one
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -40,6 +51,7 @@ import numpy as np
 from benchmarks.reproductions._holds import provenance, what_holds
 from benchmarks.reproductions._records import compact_info, weight_total_range
 from fedselect.compare import load_comparison
+from fedselect.experiments.stats import holm
 from fedselect.presets import get_preset
 
 ROOT = Path(__file__).resolve().parent  # the base setting's runs: ROOT / "q<q>"
@@ -49,6 +61,11 @@ SCRIPT = "python -m benchmarks.reproductions.hcsfed"
 QS = ("0.1", "0.3", "0.5")
 PAPER_ROUNDS = 200  # the paper's "200+": not reached in 200 rounds
 COST_FIELDS = ("local_trainings", "local_steps", "models_down", "models_up", "floats_up")
+# The base report's one line pointing to the setting that can test the paper's claim (issue 24).
+POINTER = (
+    "**This page describes an earlier setting.** The paper's claim is tested in the recalibrated setting, where "
+    f"full participation reaches 80 % before the paper's fastest row: `{OUT}/recalibrated/REPORT.md`."
+)
 
 
 def _mean_std(values: list[float]) -> str:
@@ -257,7 +274,7 @@ def main() -> None:
     ]
     comps, all_cells = _load(ROOT, "hcsfed-fmnist-q{q}")
     labels = _labels("hcsfed-fmnist-q0.1")
-    head = ["# HCSFed Table 1 (Fashion-MNIST): what reproduces and what does not", ""]
+    head = ["# HCSFed Table 1 (Fashion-MNIST): what reproduces and what does not", "", POINTER, ""]
     head += _what_holds(comps)
     head += ["", provenance([c for cells in all_cells.values() for c in cells]), ""]
     lines = head + lines
@@ -597,16 +614,426 @@ def _sensitivity(saved: dict) -> list[str]:
     return [*out, "", "![sensitivity](sensitivity.png)", ""]
 
 
+# ----------------------------------------------------------------------------- the recalibrated setting
+RECALIBRATED = ROOT / "recalibrated"  # CALIBRATION.md and REPORT.md
+RECALIBRATED_RUNS = RECALIBRATED / "table"  # full/ and q<q>/, written by table/run.sh
+RECALIBRATED_PRESET = "hcsfed-fmnist-q{q}-recalibrated"
+FULL_PRESET = "hcsfed-fmnist-full-recalibrated"
+FULL = "Full participation"
+AS_PRINTED = "HCSFed as printed"  # the row the paper's HCSFed figure stands beside
+#: The paper's rows HCSFed is claimed to beat: each HCSFed row's comparisons with them at one q are one Holm family.
+CLAIM_BASELINES = ("Random", "Importance (OCS)", "Cluster")
+#: The baselines whose speed-up the paper reports (issue 24: say whether it appears).
+SPEEDUP_BASELINES = ("Cluster", "Importance (OCS)")
+FULL_WITHIN = 60  # the calibration's criterion (a): full participation within 0.8 x 75 rounds on every seed
+ALPHA = 0.05
+
+
+def _rounds_each(comp, label: str, not_reached: int) -> dict[int, float]:
+    """Seed -> rounds to the target of ``label``; a miss or a divergence counts as ``not_reached``.
+
+    As in the paired tests (``Comparison.paired(diverged="not-reached")``); runs that failed otherwise are left out.
+    """
+    out = {int(s): float(h.rounds_to_accuracy(comp.target) or not_reached) for s, h in comp.histories[label].items()}
+    diverged = comp.failed.get(label, {})
+    out.update({int(s): float(not_reached) for s, f in diverged.items() if f.get("type") == "DivergenceError"})
+    return out
+
+
+def claim_family(comp, row: str, not_reached: int) -> list[dict]:
+    """``row`` against each of :data:`CLAIM_BASELINES` that has a run, paired by seed: one Holm family.
+
+    The rows of ``Comparison.paired`` (misses and divergences count as ``not_reached``), with ``p_holm``
+    adjusted over exactly these comparisons (``Comparison.paired`` adjusts over every other row).
+    """
+    rows = [
+        r
+        for r in comp.paired(row, not_reached=not_reached, diverged="not-reached")
+        if r["scheme"] in CLAIM_BASELINES and r["seeds"]
+    ]
+    for r, p in zip(rows, holm([r["p"] for r in rows])):
+        r["p_holm"] = p
+    return rows
+
+
+def _paper_number(figure: str | None) -> float | None:
+    """The paper's figure as a number ("145" -> 145.0); None for "200+" (a bound) or no figure."""
+    try:
+        return float(figure) if figure is not None else None
+    except ValueError:
+        return None
+
+
+def _ratio(num: dict[int, float], den: dict[int, float]) -> float | None:
+    """mean(num) / mean(den) over the seeds both have, or None."""
+    seeds = sorted(set(num) & set(den))
+    return float(np.mean([num[s] for s in seeds]) / np.mean([den[s] for s in seeds])) if seeds else None
+
+
+def _row_verdict(comp, row: str, *, paper: dict, planned: int, not_reached: int) -> dict:
+    """Whether ``row`` beats the paper's baselines here (its Holm family) and its speed-up over Cluster and OCS.
+
+    Returns a dict: ``verdict`` (``"not run yet"``, ``"nothing to compare yet"``, ``"reproduces"``, ``"partly
+    reproduces"``, ``"does not reproduce"``, or ``"undecided so far"`` while seeds are missing and no comparison is
+    significant), ``complete`` (every planned seed of the row and of the three baselines compared), ``family``
+    (:func:`claim_family`), ``seeds`` (the row's runs), ``text`` (the sentence for the report) and ``speedups``
+    (baseline -> "appears", "smaller" or "none").
+    """
+    n_runs = len(comp.histories.get(row, {})) + len(comp.failed.get(row, {}))
+    out: dict[str, Any] = {"row": row, "seeds": n_runs, "speedups": {}, "family": [], "complete": False}
+    if not n_runs:
+        return out | {"verdict": "not run yet", "text": f"not run yet (0 of {planned} seeds)."}
+    fam = claim_family(comp, row, not_reached)
+    out["family"] = fam
+    if not fam:
+        return out | {
+            "verdict": "nothing to compare yet",
+            "text": f"{n_runs} of {planned} seeds run, but none of "
+            f"{', '.join(CLAIM_BASELINES)} has a run on the same seeds yet.",
+        }
+    complete = len(fam) == len(CLAIM_BASELINES) and all(len(r["seeds"]) == planned for r in fam)
+    faster = [r for r in fam if r["p_holm"] < ALPHA and r["mean"] > 0]
+    slower = [r for r in fam if r["p_holm"] < ALPHA and r["mean"] < 0]
+    level = [r for r in fam if r not in faster and r not in slower]
+    if len(faster) == len(CLAIM_BASELINES):
+        verdict = "reproduces"
+    elif faster:
+        verdict = "partly reproduces"
+    elif complete or slower:
+        verdict = "does not reproduce"
+    else:
+        verdict = "undecided so far"
+
+    def names(rs: list[dict]) -> str:
+        return ", ".join(f"{r['scheme']} (mean {r['mean']:+.1f} rounds, p_Holm = {r['p_holm']:.3f})" for r in rs)
+
+    parts = [f"significantly faster than {names(faster)}"] if faster else []
+    parts += [f"not significantly different from {names(level)}"] if level else []
+    parts += [f"significantly slower than {names(slower)}"] if slower else []
+    most = max(len(r["seeds"]) for r in fam)
+    text = (
+        f"{verdict}{'' if complete else f' (on {most} of {planned} seeds)'}: paired by seed, Holm over its "
+        f"{len(fam)} comparison{'s' if len(fam) > 1 else ''} with {', '.join(r['scheme'] for r in fam)}: "
+        + "; ".join(parts)
+        + "."
+    )
+    if len(fam) * 2.0 / 2**most >= ALPHA:  # the exact Wilcoxon test's smallest p with `most` pairs, Holm-adjusted
+        text += f" With {most} seed(s) no comparison in a family of {len(fam)} can reach p_Holm < {ALPHA}."
+    failed = comp.failed.get(row, {})
+    if failed:
+        kinds = ", ".join(sorted({str(f.get("type") or "error") for f in failed.values()}))
+        text += (
+            f" It failed on {len(failed)} seed(s) ({kinds}; a divergence counts as never reaching 80 %, any other "
+            "failure leaves its seed out)."
+        )
+    mine = _rounds_each(comp, row, not_reached)
+    printed = _paper_number(paper.get("HCSFed"))
+    for base in SPEEDUP_BASELINES:
+        r = next((x for x in fam if x["scheme"] == base), None)
+        theirs = _paper_number(paper.get(base))
+        if r is None or printed is None or theirs is None:
+            continue
+        want = theirs / printed
+        here = _ratio({s: v for s, v in _rounds_each(comp, base, not_reached).items() if s in r["seeds"]}, mine)
+        if here is None:
+            continue
+        if r in faster and here >= want:
+            out["speedups"][base], said = "appears", "as large as the paper's"
+        elif r in faster:
+            out["speedups"][base], said = "smaller", "smaller than the paper's"
+        else:
+            out["speedups"][base], said = "none", "none"
+        text += f" Speed-up over {base}: {said} (x{here:.2f} here, paper x{want:.2f} = {paper[base]} / {printed:g})."
+    out.update(verdict=verdict, complete=complete, text=text)
+    return out
+
+
+def _seed_count(comp, labels: list[str]) -> int:
+    """Runs written for ``labels`` (finished and failed)."""
+    return sum(len(comp.histories.get(k, {})) + len(comp.failed.get(k, {})) for k in labels)
+
+
+def _room(comp, full, base: str, not_reached: int) -> tuple[float, int] | None:
+    """``base``'s mean rounds to 80 % over full participation's on the seeds both ran, and how many seeds: the
+    largest speed-up over ``base`` that a scheme no faster than full participation can show on those seeds
+    (None without a seed run by both)."""
+    if full is None or not comp.histories.get(base) or not full.histories.get(FULL):
+        return None
+    mine, fp = _rounds_each(comp, base, not_reached), _rounds_each(full, FULL, not_reached)
+    ratio = _ratio(mine, fp)
+    return None if ratio is None else (ratio, len(set(mine) & set(fp)))
+
+
+def _q_lines(q: str, comp, full, preset, rows: list[dict]) -> list[str]:
+    """The first lines for one q: the verdict of each HCSFed row (``rows``, from :func:`_row_verdict`), whether
+    the paper's speed-ups over Cluster and OCS appear, and whether full participation leaves room for them."""
+    labels = list(preset.selectors)
+    total = len(labels) * len(preset.seeds)
+    done = 0 if comp is None else _seed_count(comp, labels)
+    if not done:
+        return [f"- **q = {q}: not run yet (0 of {total} runs).**"]
+    paper = dict(preset.paper)
+    groups: dict[str, list[str]] = {}
+    for v in rows:
+        groups.setdefault(v["verdict"], []).append(v["row"])
+    summary = "; ".join(f"{verdict} for {', '.join(names)}" for verdict, names in groups.items())
+    speed, rooms = [], []
+    for base in SPEEDUP_BASELINES:
+        if _paper_number(paper.get(base)) is None or _paper_number(paper.get("HCSFed")) is None:
+            continue
+        want = float(paper[base]) / float(paper["HCSFed"])
+        room = _room(comp, full, base, preset.trainer["rounds"] + 1)
+        if room is not None:
+            ratio, n = room
+            on = "" if n == len(preset.seeds) else f"on {n} of {len(preset.seeds)} seeds, "
+            rooms.append(
+                f"{base} x{ratio:.2f} ("
+                + on
+                + (f"below the paper's x{want:.2f}: cannot show in full)" if ratio < want else f"paper x{want:.2f})")
+            )
+        tested = [v for v in rows if base in v["speedups"]]
+        if not tested:
+            continue
+        shown = [v["row"] for v in tested if v["speedups"][base] == "appears"]
+        speed.append(
+            f"the paper's speed-up over {base} (x{want:.2f}) appears for "
+            + (", ".join(shown) if shown else "no HCSFed row")
+            + ("" if all(v["complete"] for v in tested) else " so far")
+        )
+    speed_text = "; ".join(speed)
+    if rooms:
+        speed_text += (
+            ("; " if speed_text else "")
+            + "the largest speed-up a scheme no faster than full participation could show here (the baseline's "
+            + "rounds over full participation's): "
+            + ", ".join(rooms)
+        )
+    head = (
+        f"- **q = {q}** ({done} of {total} runs{'' if done == total else ', partial'}; paper: "
+        + ", ".join(f"{k} {v}" for k, v in paper.items())
+        + f"). The paper's claim, HCSFed needs fewer rounds to 80 % than {', '.join(CLAIM_BASELINES)}: "
+        + summary
+        + "."
+        + (f" {speed_text[0].upper()}{speed_text[1:]}." if speed_text else "")
+    )
+    out = [head]
+    for v in rows:
+        note = " (the paper's HCSFed figure stands beside this row)" if v["row"] == AS_PRINTED else ""
+        out.append(f"  - {v['row']}{note}: {v['text']}")
+    return out
+
+
+def _full_line(full, preset, fastest: str) -> str:
+    """The full-participation reference: runs so far and criterion (a) of the calibration on every seed run.
+
+    ``fastest``: the paper's fastest row per q, as the line states it.
+    """
+    planned = len(preset.seeds)
+    if full is None or not _seed_count(full, [FULL]):
+        return f"- **Full participation (C = 100, the reference row of every q): not run yet (0 of {planned} runs).**"
+    each = _rounds_each(full, FULL, preset.trainer["rounds"] + 1)
+    within = sum(r <= FULL_WITHIN for r in each.values())
+    return (
+        f"- **Full participation (C = 100, the reference row of every q; {len(each)} of {planned} runs): "
+        f"{_cell(full, FULL)} rounds to 80 %; {within} of {len(each)} seeds within {FULL_WITHIN} rounds** (the "
+        "calibration's criterion (a), met by seeds 0-2 in the search, asks it of every seed; the paper's fastest "
+        f"row: {fastest})."
+    )
+
+
+def _provenance_lines(cells_by_part: dict[str, list[dict]]) -> list[str]:
+    """:func:`provenance` over every run, and which runs came from which commit when there is more than one."""
+    cells = [c for cs in cells_by_part.values() for c in cs]
+    out = [provenance(cells)]
+    commits = sorted({str(c.get("commit", "?"))[:12] for c in cells})
+    if len(commits) > 1:
+        for commit in commits:
+            where = "; ".join(
+                f"{part}: {len(mine)} runs"
+                for part, cs in cells_by_part.items()
+                if (mine := [c for c in cs if str(c.get("commit", "?"))[:12] == commit])
+            )
+            out.append(f"- commit {commit}: {where}")
+    if any(str(c.get("commit", "")).endswith("-dirty") for c in cells):
+        out.append(
+            "**Uncommitted changes:** some runs were made from a tree with local changes (`-dirty`): the commit "
+            "alone does not name their code."
+        )
+    return out
+
+
+def _family_tables(verdicts: dict[str, list[dict]]) -> list[str]:
+    """Each HCSFed row's Holm family, per q: the numbers behind the first lines."""
+    out = [
+        "## Each HCSFed row against the paper's baselines, paired by seed",
+        "",
+        "Rounds to 80 % of the baseline minus the HCSFed row's on the same seed (positive: HCSFed faster); a "
+        "seed that did not reach 80 % within the round cap, or diverged, counts as the cap + 1. p: two-sided "
+        "Wilcoxon signed-rank test (zero differences dropped); p (Holm): adjusted over that row's comparisons with "
+        f"{', '.join(CLAIM_BASELINES)} at that q, and no other (one family per HCSFed row and q). The extra "
+        "rows (Importance-size, Cluster-size (Alg. 1)) are not part of the paper's claim and are not tested.",
+        "",
+    ]
+    if not any(v["family"] for rows in verdicts.values() for v in rows):
+        out += ["No HCSFed row has a run paired with a baseline yet.", ""]
+    for q, rows in verdicts.items():
+        for v in rows:
+            if not v["family"]:
+                continue
+            out += [
+                f"q = {q}, {v['row']}:",
+                "",
+                "| baseline | seeds | baseline − HCSFed (rounds, mean ± std) | median | HCSFed faster / tie / slower | "
+                "p (Wilcoxon) | p (Holm, family of " + str(len(v["family"])) + ") |",
+                "|---|---|---|---|---|---|---|",
+            ]
+            out += [
+                f"| {r['scheme']} | {len(r['seeds'])} | {r['mean']:+.1f} ± {r['std']:.1f} | {r['median']:+.1f} | "
+                f"{r['faster']} / {r['ties']} / {r['slower']} | {r['p']:.3f} | {r['p_holm']:.3f} |"
+                for r in v["family"]
+            ]
+            out.append("")
+    return out
+
+
+def recalibrated(root: Path = RECALIBRATED_RUNS, out: Path = RECALIBRATED / "REPORT.md") -> list[str]:
+    """Write the recalibrated setting's report (``recalibrated/REPORT.md``) from whatever runs exist.
+
+    Reads ``root/full`` (``hcsfed-fmnist-full-recalibrated``) and ``root/q<q>``
+    (``hcsfed-fmnist-q<q>-recalibrated``), each as far as it has run; a q with no runs is "not run yet".
+    Returns the report's lines.
+    """
+    comps, all_cells = _load(root, RECALIBRATED_PRESET)
+    presets = {q: get_preset(RECALIBRATED_PRESET.format(q=q)) for q in QS}
+    fp_preset = get_preset(FULL_PRESET)
+    full, full_cells = None, []
+    if (root / "full" / "runs").exists():
+        full, full_cells = load_comparison(root / "full", fp_preset.target, labels=[FULL])
+    labels = list(presets[QS[0]].selectors)
+    p, base = presets[QS[0]], get_preset("hcsfed-fmnist-q0.1")
+    fed, tr = p.federation, p.trainer
+    cap = tr["rounds"]
+    verdicts = {
+        q: [
+            _row_verdict(comps[q], row, paper=presets[q].paper, planned=len(presets[q].seeds), not_reached=cap + 1)
+            for row in labels
+            if row.startswith("HCSFed")
+        ]
+        for q in QS
+        if q in comps
+    }
+    parts = {"full": full_cells, **{f"q = {q}": all_cells[q] for q in all_cells}}
+    lines = [
+        "# HCSFed Table 1 (Fashion-MNIST) in the recalibrated setting: what reproduces and what does not",
+        "",
+        _full_line(full, fp_preset, " / ".join(presets[q].paper["HCSFed"] for q in QS) + f" at q = {' / '.join(QS)}"),
+        *[x for q in QS for x in _q_lines(q, comps.get(q), full, presets[q], verdicts.get(q, []))],
+        "",
+        *_provenance_lines(parts),
+        "",
+        f"Generated by `{SCRIPT}.hcsfed_report --setting recalibrated` from the runs that "
+        f"`{OUT}/recalibrated/table/run.sh` writes (`fedselect reproduce {FULL_PRESET}` into `table/full`, "
+        f"`fedselect reproduce {RECALIBRATED_PRESET.format(q='<q>')}` into `table/q<q>`), as far as they have "
+        "run: rerun it as runs finish. Every verdict counts only the runs it names; a cell not run yet says so. "
+        "Speed-up over a baseline: its mean rounds to 80 % over the HCSFed row's, on the seeds both ran (a miss "
+        f"or a divergence counted as {cap + 1} rounds, as in the paired tests); the paper's appears when the row "
+        "is significantly faster (p_Holm < 0.05) and the ratio is at least the paper's (its Cluster or Importance "
+        "figure over its HCSFed figure).",
+        "",
+        "## The setting",
+        "",
+        f"The calibrated setting (`{OUT}/calibrated/REPORT.md`) matched the paper's Random row but made full "
+        "participation itself need 184-203 rounds to 80 %, slower than every row of the paper but Random, so it "
+        "could not test the paper's claim (issue 24). The recalibration (`CALIBRATION.md` beside this report: its "
+        "rules and criterion were written before any candidate ran, then every candidate tried and its result) "
+        "changed only what every scheme shares, with random sampling alone, on seeds 0-2. Criterion: (a) full "
+        f"participation reaches 80 % within {FULL_WITHIN} rounds on every seed (0.8 x 75, the paper's fastest "
+        "cell over all q); (b) among those, random sampling's rounds closest to the paper's Random row "
+        "(200+ / 200+ / 158). Chosen: "
+        f"`{fed['partition']}` alpha = {fed['alpha']:g} (each client's label proportions ~ "
+        f"Dir({fed['alpha'] / 10:g}) per class), lr {tr['lr']:g}, at most {cap} rounds; the rest is "
+        f"hcsfed-fmnist-q<q>'s (multinomial logistic regression, N = {fed['n_clients']}, C = qN, "
+        f"{tr['local_steps']} local SGD steps of batch {tr['batch_size']}, data-size aggregation, stop at 80 % test "
+        f"accuracy; `{base.federation['partition']}` alpha = {base.federation['alpha']:g} and lr "
+        f"{base.trainer['lr']:g} there). In the search (seeds 0-2) random sampling needed 113.7 / 68.0 / 51.0 "
+        "rounds at q = 0.1 / 0.3 / 0.5 against full participation's 43.3, so the Random row was not expected to "
+        "reproduce (paper 200+ / 200+ / 158), and a scheme no faster than full participation could beat random by "
+        "at most about x2.6 / x1.6 / x1.2: the paper's speed-ups can show at q = 0.1 only (`CALIBRATION.md`, *What "
+        "does not match*). The "
+        "first lines test this on the table's own runs: where a baseline needs less than the paper's speed-up "
+        "times full participation's rounds, they say so.",
+        "",
+        "Rows: Random; Importance (OCS) = the norm-based optimal client sampling of Chen et al. (`ocs`), the paper's "
+        "importance row; Importance-size = sampling by data size (extra row); Cluster = Fraboni et al.'s clustered "
+        'sampling by update similarity (`clustered`, `method="similarity"`, the scheme the paper compares '
+        "against); Cluster-size (Alg. 1) = their clustering by data size (extra row). HCSFed rows (`hcsfed`, H = 5, "
+        "R = 5 %, grouping compressor, cohesion = the within-cluster standard deviation of the compressed updates, "
+        "one k-means run from H random clients as Algorithm 1, shares of Eq. 5 rounded systematically: the paper "
+        'does not say how it rounds them): "as printed" = Algorithm 2, line 15\'s weights (N/m) omega_k; '
+        '"unbiased (our reading)" = each chosen client weighted p_k / pi_k; "uniform_mix=0.1" = the unbiased '
+        "weights with 10 % of the places shared by cluster size, a floor on every share that bounds the weights "
+        "(fixed before running, not tuned). The paper prints one HCSFed figure per q; it stands beside the "
+        f'"as printed" row. {FULL} = random sampling of all 100 clients (C = 100): one set of runs on the same '
+        "seeds (federations and model starts) as every q, shown in every q column.",
+        "",
+        "## Rounds to 80 %",
+        "",
+    ]
+    head = ["scheme"] + [x for q in QS for x in (f"q = {q}", "paper")]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(comp, label: str, planned: int) -> str:
+        if comp is None or not _seed_count(comp, [label]):
+            return "not run yet"
+        n = _seed_count(comp, [label])
+        return (_cell(comp, label) or "-") + ("" if n == planned else f" [{n} of {planned} seeds]")
+
+    full_cell = cell(full, FULL, len(fp_preset.seeds))
+    lines.append("| " + " | ".join([f"{FULL} (C = 100, reference)"] + [full_cell, "-"] * len(QS)) + " |")
+    for label in labels:
+        row = [label + (" (paper: HCSFed)" if label == AS_PRINTED else "")]
+        for q in QS:
+            paper = presets[q].paper.get("HCSFed" if label == AS_PRINTED else label, "-")
+            row += [cell(comps.get(q), label, len(presets[q].seeds)), paper]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        f'Mean ± std (population) over the seeds that reached 80 % within {cap} rounds; "(k/n reached)": n - k '
+        "seeds missed (did not reach 80 % within the cap, or failed: named), and are left out of the mean (so "
+        f'that mean is optimistic); in the paired tests a miss counts as {cap + 1} rounds. "[n of 10 seeds]": '
+        'the seeds run so far. The paper reports one figure per cell; its "200+" = not reached in 200 rounds.',
+        "",
+    ]
+    cost_comps = ({"all (C = 100)": full} if full is not None else {}) | comps
+    cost_cells = ({"all (C = 100)": full_cells} if full is not None else {}) | all_cells
+    lines += _costs(cost_comps, cost_cells, [FULL, *labels])
+    for q in QS:
+        if (root / f"q{q}" / "accuracy.png").exists():
+            rel = Path(os.path.relpath(root / f"q{q}" / "accuracy.png", out.parent)).as_posix()
+            lines += [f"## Accuracy, q = {q}", "", f"![accuracy q={q}]({rel})", ""]
+    lines += _family_tables(verdicts)
+    lines += [_what_was_run(comps, labels), ""]
+    lines += _cells(cost_comps, cost_cells, [FULL, *labels], "CPU: as recorded in the run's JSON.")
+    out.write_text("\n".join(lines) + "\n")
+    return lines
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--setting",
-        choices=("base", "calibrated"),
+        choices=("base", "calibrated", "recalibrated"),
         default="base",
         help="base: hcsfed-fmnist-q<q> (hcsfed/q<q>); calibrated: hcsfed-fmnist-q<q>-calibrated "
-        "(hcsfed/calibrated/q<q>), beside the base",
+        "(hcsfed/calibrated/q<q>), beside the base; recalibrated: hcsfed-fmnist-q<q>-recalibrated and "
+        "hcsfed-fmnist-full-recalibrated (hcsfed/recalibrated/table), as far as they have run",
     )
-    if parser.parse_args().setting == "calibrated":
+    setting = parser.parse_args().setting
+    if setting == "calibrated":
         calibrated()
+    elif setting == "recalibrated":
+        report = recalibrated()
+        print("\n".join(report[:12]))
+        print(f"wrote {RECALIBRATED / 'REPORT.md'}")
     else:
         main()
