@@ -187,7 +187,15 @@ _CLI_HELP: dict[str, str] = {
     "loss": "The per-sample loss of local training, of the losses selectors see and of the test loss.",
     "lr_schedule": "Learning-rate factors: fedcor (halve at rounds 150 and 300, FedCor's appendix C) or "
     "ROUND=FACTOR,... (each factor multiplies lr from its round on).",
+    "profiles": "The clients' devices, which give every run a simulated clock and the tables a time-to-target "
+    "column: homogeneous (every client the median phone), mobile (phones drawn per seed: log-normal compute and "
+    "bandwidth after FedScale, see docs/profiles.rst), a .npz or .json profiles file (SystemProfiles.save), or "
+    "kind=mobile,NAME=VALUE,... with parameters of sample_profiles or homogeneous (e.g. "
+    "kind=mobile,mean_online=3600).",
 }
+
+# Metavars where the one the declared constraints give would not say what the option takes.
+_METAVARS: dict[str, str] = {"profiles": "KIND|FILE|kind=KIND,NAME=VALUE,...|none"}
 
 # Python's default in words where the signature's value alone would mislead.
 _DEFAULT_WORDS: dict[str, str] = {
@@ -400,6 +408,7 @@ def _declared(
             if parse is UNSET:
                 continue
             metavar = None
+        metavar = _METAVARS.get(name, metavar)
         help_text = _CLI_HELP.get(name) or _first_sentence(described.get(name, ""))
         default = UNSET if p.default is p.empty else p.default
         python = f"{owner}'s default {_DEFAULT_WORDS.get(name, _show(default))}"
@@ -839,6 +848,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"rounds to {target:.0%}: {h.rounds_to_accuracy(target) or 'not reached'}"
     )
     print("costs: " + ", ".join(f"{k}={v}" for k, v in c.to_dict().items()))
+    if h.rounds and h.rounds[-1].sim_time is not None:  # a simulated clock ran (--profiles or --clock)
+        to_target = h.time_to_accuracy(target)
+        print(
+            f"simulated time: {h.rounds[-1].sim_time:.1f} s, to {target:.0%}: "
+            f"{'not reached' if to_target is None else f'{to_target:.1f} s'}"
+        )
     if out is not None:
         if out.suffix == ".csv":
             h.to_csv(out)
@@ -934,12 +949,12 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
     if args.paired is not None:
         paired = comp.paired_markdown(args.paired)
         _keep_paired_of_another_reference(out, args.paired)
-        (out / "paired.md").write_text(
-            f"Paired by seed against {args.paired} (rounds to {target:.0%}; a run that never reached it counts as "
-            f"its rounds + 1; two-sided Wilcoxon signed-rank test)\n\n{paired}\n"
-        )
+        (out / "paired.md").write_text(comp.paired_report(args.paired))  # with a clock: time is a second family
         files.append(out / "paired.md")
         print(f"\npaired by seed against {args.paired}:\n{paired}")
+        if comp.has_clock():
+            timed = comp.paired_markdown(args.paired, metric="time")
+            print(f"\npaired by seed against {args.paired} on simulated seconds to {target:.0%}:\n{timed}")
     print("\nwritten: " + ", ".join(str(f) for f in files), file=sys.stderr)
     from .compare import _slug, run_files
 
@@ -1236,7 +1251,7 @@ def _keep_paired_of_another_reference(out: Path, reference: str) -> None:
     prefix = "Paired by seed against "
     if not first.startswith(prefix):
         return
-    before = first[len(prefix):].split(" (rounds to", 1)[0]
+    before = first[len(prefix) :].split(" (rounds to", 1)[0]
     if before != reference:
         from .compare import _slug
 
@@ -1245,4 +1260,3 @@ def _keep_paired_of_another_reference(out: Path, reference: str) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-

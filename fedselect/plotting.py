@@ -12,7 +12,17 @@ from .simulation.history import History
 __all__ = ["describe_setting", "plot_accuracy", "plot_communication", "plot_selection_frequency"]
 
 # Federation metadata that is not a partition parameter (the rest, e.g. shards_per_client or alpha, is).
-_NOT_PARTITION_PARAMS = ("dataset", "n_clients", "holdout", "random_state", "partition", "data_dir", "download")
+_NOT_PARTITION_PARAMS = (
+    "dataset",
+    "n_clients",
+    "holdout",
+    "random_state",
+    "partition",
+    "data_dir",
+    "download",
+    "profiles",
+    "profiles_fingerprint",
+)
 # Columns of the selection-frequency image: above this many clients each column is a group of consecutive clients,
 # so the figure's width and memory stay bounded whatever n_clients is (Agg cannot draw 65,536 pixels wide).
 MAX_COLUMNS = 500
@@ -48,10 +58,14 @@ def describe_setting(results: Mapping[str, Sequence[History]]) -> str:
                 f" ({', '.join(f'{k}={v}' for k, v in params.items())})" if params else ""
             )
         n_clients = config.get("n_clients") or fed.get("n_clients")
+        devices = fed.get("profiles")
+        if isinstance(devices, Mapping):
+            devices = ", ".join(f"{k}={v}" for k, v in devices.items())
         return [
             str(fed["dataset"]) if fed.get("dataset") else None,
             partition,
             f"N = {n_clients}" if n_clients else None,
+            f"devices {devices}" if devices else None,
             f"C = {trainer['clients_per_round']}" if trainer.get("clients_per_round") else None,
             trainer["model"] if isinstance(trainer.get("model"), str) else None,
         ]
@@ -111,6 +125,32 @@ def _axes(ax: Any, figsize: tuple[float, float] = (7.0, 4.5)) -> Any:
     return ax
 
 
+def _time_curve(histories: Sequence[History]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and std of test accuracy over runs against simulated seconds, on the times every run covers.
+
+    A run's accuracy at time t is that of its last evaluated round ended by t (a step function:
+    the model the server holds then). The grid is every run's evaluation times between the
+    latest first evaluation and the earliest last one, so each point averages every run, as the
+    rounds curve averages the rounds every run evaluated.
+    """
+    per_run = []
+    for h in histories:
+        pts = [
+            (r.sim_time, r.test_accuracy) for r in h.rounds if r.test_accuracy is not None and r.sim_time is not None
+        ]
+        if not pts:
+            return np.zeros(0), np.zeros(0), np.zeros(0)
+        per_run.append((np.array([t for t, _ in pts], dtype=float), np.array([a for _, a in pts], dtype=float)))
+    if not per_run:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    lo, hi = max(t[0] for t, _ in per_run), min(t[-1] for t, _ in per_run)
+    grid = np.unique(np.concatenate([t[(t >= lo) & (t <= hi)] for t, _ in per_run]))
+    if grid.size == 0:
+        return grid, grid, grid
+    acc = np.array([a[np.searchsorted(t, grid, side="right") - 1] for t, a in per_run])
+    return grid, acc.mean(0), acc.std(0)
+
+
 def _curve(histories: Sequence[History]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean and std of test accuracy per round over runs (rounds evaluated in every run)."""
     per_run = [dict(h.accuracies()) for h in histories]
@@ -127,8 +167,9 @@ def plot_accuracy(
     title: str | None = None,
     failed: Mapping[str, int] | None = None,
     setting: bool = True,
+    x: str = "rounds",
 ) -> Any:
-    """Test accuracy against rounds, mean over seeds with a +-1 std band (like FedCor's Fig. 4).
+    """Test accuracy against rounds (or simulated time), mean over seeds with a +-1 std band (like FedCor's Fig. 4).
 
     The line is the mean over a scheme's seeds, the shaded band the mean plus and minus one
     standard deviation over them (``np.std``, ddof=0), at each round every seed evaluated; the
@@ -143,6 +184,13 @@ def plot_accuracy(
     while the mean curve crosses only once the seeds' accuracies average above the target.
     Read rounds to target from the diamonds, not from where the line meets the target.
 
+    With ``x="time"`` the horizontal axis is simulated seconds (``sim_time``, kept when a run
+    had a simulated clock) and the marks are each seed's and the mean time to the target
+    (:meth:`History.time_to_accuracy`, the table's time column). Seeds end their rounds at
+    different times, so a run's accuracy at time t is that of its last evaluated round ended by
+    t, drawn as steps; the mean and band are taken on the times every seed covers. A scheme
+    whose runs kept no clock is named in the legend with no curve.
+
     Parameters
     ----------
     results : mapping
@@ -156,31 +204,48 @@ def plot_accuracy(
         whose every run failed appears in the legend with no curve.
     setting : bool, default True
         Add the setting the runs share (:func:`describe_setting`) to the title.
+    x : {"rounds", "time"}, default "rounds"
+        The horizontal axis: communication rounds, or simulated seconds.
 
     Returns
     -------
     matplotlib Axes
     """
+    if x not in ("rounds", "time"):
+        raise ValueError(f"plot_accuracy: x={x!r}; expected 'rounds' or 'time'")
+    on_time = x == "time"
     ax = _axes(ax, figure_size("accuracy", list(results)))
     failed = dict(failed or {})
     banded = False
-    crossings: list[tuple[Any, list[int], bool]] = []  # (colour, each reaching seed's first round, all reached)
+    crossings: list[tuple[Any, list[float], bool]] = []  # (colour, each reaching seed's first x, all reached)
     for label, hs in results.items():
         note = f", {failed[label]} failed" if failed.get(label) else ""
         if not hs:
             if note:
                 ax.plot([], [], ls="none", label=f"{label} (all {failed[label]} failed)")
             continue
-        x, mean, std = _curve(list(hs))
-        if x.size == 0:
+        if on_time and not all(any(r.sim_time is not None for r in h.rounds) for h in hs):
+            ax.plot([], [], ls="none", label=f"{label} (n={len(hs)}{note}; no simulated clock)")
             continue
-        (line,) = ax.plot(x, mean, label=f"{label} (n={len(hs)}{note})", lw=1.6)
+        xs, mean, std = _time_curve(list(hs)) if on_time else _curve(list(hs))
+        if xs.size == 0:
+            continue
+        step = {"drawstyle": "steps-post"} if on_time else {}
+        (line,) = ax.plot(xs, mean, label=f"{label} (n={len(hs)}{note})", lw=1.6, **step)
         if len(hs) > 1:
-            ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.18, lw=0)
+            ax.fill_between(
+                xs,
+                mean - std,
+                mean + std,
+                color=line.get_color(),
+                alpha=0.18,
+                lw=0,
+                **({"step": "post"} if on_time else {}),
+            )
             banded = True
         if target is not None:
-            firsts = [h.rounds_to_accuracy(target) for h in hs]
-            reached = [int(f) for f in firsts if f is not None]
+            firsts = [h.time_to_accuracy(target) if on_time else h.rounds_to_accuracy(target) for h in hs]
+            reached = [float(f) if on_time else int(f) for f in firsts if f is not None]
             if reached:
                 crossings.append((line.get_color(), reached, len(reached) == len(hs) and not failed.get(label)))
     handles, labels = ax.get_legend_handles_labels()
@@ -190,11 +255,15 @@ def plot_accuracy(
         proxies = _draw_crossings(ax, target, crossings)
         if proxies:
             handles += proxies
-            labels += ["each seed's first round at the target", "their mean: the table's rounds to target"]
+            labels += (
+                ["each seed's first time at the target", "their mean: the table's time to target"]
+                if on_time
+                else ["each seed's first round at the target", "their mean: the table's rounds to target"]
+            )
         if any(not complete for _, _, complete in crossings):
             handles.append(ax.plot([], [], ls="none", marker="D", ms=6, mfc="white", mec="0.3", mew=1.4)[0])
             labels.append("hollow: not every seed reached it\n(the table's N/A), mean of those that did")
-    ax.set_xlabel("communication round")
+    ax.set_xlabel("simulated time (s)" if on_time else "communication round")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     # Beside the axes: long labels (selector parameters) never cover the curves.
@@ -211,8 +280,9 @@ def plot_accuracy(
     return ax
 
 
-def _draw_crossings(ax: Any, target: float, crossings: Sequence[tuple[Any, Sequence[int], bool]]) -> list[Any]:
-    """On the target line, per scheme: a tick at each seed's first round at the target and a diamond at their mean.
+def _draw_crossings(ax: Any, target: float, crossings: Sequence[tuple[Any, Sequence[float], bool]]) -> list[Any]:
+    """On the target line, per scheme: a tick at each seed's first round (or time) at the target and a diamond at
+    their mean.
 
     Returns the legend's proxies (a grey tick, a grey diamond), none when no seed reached the target.
     """

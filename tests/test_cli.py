@@ -391,3 +391,62 @@ def test_preset_none_is_pythons_defaults_and_needs_selectors(tmp_path, capsys):
     # nothing but what the command line said (and its one default of its own, n_threads=1)
     assert saved["settings"]["federation"] == {"n_clients": 8}
     assert "each run, in Python: FederatedTrainer(selector=<scheme>, " in err and "make_federation(n_clients=8, " in err
+
+
+def test_compare_with_profiles_reports_time_beside_rounds(tmp_path, capsys):
+    from fedselect.profiles import sample_profiles
+
+    devices = tmp_path / "devices.npz"
+    sample_profiles(8, random_state=3).save(devices)
+    out = tmp_path / "cmp"
+    args = [
+        "compare",
+        "--selectors",
+        "random",
+        "round-robin",
+        "--seeds",
+        "0",
+        "1",
+        "--target",
+        "0.3",
+        "--profiles",
+        str(devices),
+        "--out",
+        str(out),
+        *SMALL,
+    ]
+    assert main(args) == 0
+    terminal = capsys.readouterr().out
+    assert "time to 30%" in terminal.splitlines()[0]
+    assert "on simulated seconds to 30%" in terminal
+    assert "simulated s to 30%, mean ± std over seeds" in (out / "table.md").read_text()
+    paired = (out / "paired.md").read_text()
+    assert "family 1 of 2" in paired and "family 2 of 2" in paired
+    assert (out / "accuracy_time.png").exists()
+    saved = json.loads(next((out / "runs").iterdir()).read_text())
+    assert saved["settings"]["federation"]["profiles"] == str(devices)
+    assert saved["settings"]["federation"]["profiles_fingerprint"] == sample_profiles(8, random_state=3).fingerprint()
+    assert saved["history"]["rounds"][-1]["sim_time"] > 0
+
+
+def test_run_with_profiles_prints_simulated_time(capsys):
+    assert main(["run", "--profiles", "kind=homogeneous,latency=0.5", "--target", "0.3", *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "simulated time: " in out and " s, to 30%: " in out
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("laptops", "neither a kind nor a file name"),
+        ("kind=mobile,compute_sigma=-1", "compute_sigma=-1"),
+        ("kind=mobile,speed=2", "not ['speed']"),
+        ("nowhere.json", "there is no file nowhere.json"),
+    ],
+)
+def test_a_bad_profiles_option_is_an_error_before_any_training(tmp_path, capsys, value, says):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--selectors", "random", "--profiles", value, "--out", str(out), *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert "profiles=" in err and says in err
+    assert not (out / "runs").exists()  # refused while planning: no run started, not even its folder

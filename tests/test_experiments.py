@@ -355,3 +355,301 @@ def test_the_same_runs_paired_against_another_reference_keep_the_earlier_verdict
     assert main([*args, "--paired", "round-robin"]) == 0  # the same reference again: rewritten in place
     capsys.readouterr()
     assert sorted(p.name for p in tmp_path.glob("paired*.md")) == ["paired-against-random.md", "paired.md"]
+
+
+# -- simulated time in the reports (issue 22, item 3) -------------------------------------------------------------
+
+
+def _timed(accuracies, times, seconds=None):
+    """A run whose rounds end at the simulated ``times`` (None: no clock, as a Flower run's records)."""
+    rounds = [
+        RoundRecord(
+            round=t,
+            clients=[0],
+            weights=[1.0],
+            lr=0.1,
+            test_accuracy=a,
+            costs=Costs(models_down=1),
+            sim_seconds=None if times is None else times[t] - (times[t - 1] if t else 0.0),
+            sim_time=None if times is None else float(times[t]),
+            wall_seconds=seconds,
+        )
+        for t, a in enumerate(accuracies)
+    ]
+    return History(rounds, model_size=10)
+
+
+def _timed_comparison():
+    return Comparison(
+        {
+            "random": {
+                0: _timed([0.1, 0.5, 0.9], [10, 20, 30]),  # to 80 %: 30 s; ends at 30 s
+                1: _timed([0.1, 0.2, 0.9, 0.95], [10, 25, 40, 55]),  # 40 s; ends at 55 s
+            },
+            "fast": {
+                0: _timed([0.5, 0.85], [5, 12]),  # 12 s
+                1: _timed([0.1, 0.2, 0.3], [6, 13, 21]),  # never: N/A, ends at 21 s
+            },
+            "flower": {0: _timed([0.1, 0.9], None, seconds=3.0), 1: _timed([0.9], None, seconds=2.0)},
+        },
+        target=0.8,
+        n_clients=1,
+    )
+
+
+def test_the_time_columns_hold_the_simulated_seconds_computed_by_hand(tmp_path):
+    comp = _timed_comparison()
+    assert comp.has_clock()
+    assert comp.time_to_target() == {
+        "random": {0: 30.0, 1: 40.0},
+        "fast": {0: 12.0, 1: None},
+        "flower": {0: None, 1: None},
+    }
+    rows = {r["scheme"]: r for r in comp.rows()}
+    assert rows["random"]["time_to_target"] == 35.0 and rows["random"]["time_to_target_std"] == 5.0
+    assert rows["random"]["sim_time"] == 42.5 and rows["random"]["sim_time_std"] == 12.5
+    assert rows["fast"]["time_to_target"] is None and rows["fast"]["time_to_target_each"] == [12.0, None]
+    assert rows["fast"]["sim_time"] == 16.5
+    assert rows["flower"]["time_to_target"] is None and rows["flower"]["sim_time"] is None  # no clock: no time
+    table = comp.to_markdown().splitlines()
+    assert table[0].startswith(
+        "| scheme | rounds to 80%, mean ± std over seeds | simulated s to 80%, mean ± std over seeds | "
+        "simulated s at the last round, mean ± std over seeds | seeds reaching 80% |"
+    )
+    cells = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:4] for line in table[2:]}
+    assert cells["random"] == ["3.0 ± 0.0", "35.0 ± 5.0", "42.5 ± 12.5"]
+    assert cells["fast"] == ["N/A (1 reached: 2.0)", "N/A (1 reached: 12.0)", "16.5 ± 4.5"]  # a miss, as for rounds
+    assert cells["flower"] == ["1.5 ± 0.5", "-", "-"]
+    text = comp.to_text()
+    assert "time to 80%" in text.splitlines()[0] and "time at end" in text.splitlines()[0]
+    assert "simulated seconds to it" in " ".join(text.split())
+    comp.write(tmp_path)
+    csv_rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert csv_rows[0].endswith("floats_to_target,time_to_target,sim_time")
+    assert csv_rows[1].endswith(",30.0,30.0") and csv_rows[4].endswith(",,21.0")  # random seed 0; fast seed 1
+    assert csv_rows[5].endswith(",,")  # flower: neither
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rows"][0]["time_to_target"] == 35.0
+
+
+def test_without_a_clock_the_reports_have_no_time(tmp_path):
+    comp = _comparison(["random", "fast"], seeds=range(2))
+    assert not comp.has_clock()
+    assert not any(k.startswith(("time", "sim")) for r in comp.rows() for k in r)
+    assert "simulated" not in comp.to_markdown() and "time to" not in comp.to_text()
+    comp.write(tmp_path)
+    assert (tmp_path / "results.csv").read_text().splitlines()[0] == (
+        "scheme,seed,rounds_to_target,final_accuracy,best_accuracy,rounds_run,floats_to_target"
+    )
+    # paired.md as the command line always wrote it: one family, no word of time
+    assert comp.paired_report("random") == (
+        "Paired by seed against random (rounds to 80%; a run that never reached it counts as its rounds + 1; "
+        f"two-sided Wilcoxon signed-rank test)\n\n{comp.paired_markdown('random')}\n"
+    )
+    assert "family 1" not in comp.paired_report("random")
+    assert "accuracy_time.png" not in [p.name for p in comp.plot(tmp_path)]
+
+
+def test_paired_time_to_target_is_a_second_family_with_its_own_holm_adjustment():
+    # rounds: "slow" always 2 rounds behind random, "other" 1 behind; time: the ranking flips (cheap rounds)
+    seeds = range(6)
+
+    def run(n_rounds, seconds_per_round, seed):
+        accs = [0.1] * (n_rounds + seed % 2) + [0.9]
+        return _timed(accs, [seconds_per_round * (t + 1) + seed for t in range(len(accs))])
+
+    comp = Comparison(
+        {
+            "random": {k: run(3, 10.0, k) for k in seeds},
+            "slow": {k: run(5, 2.0, k) for k in seeds},  # more rounds, far less time
+            "other": {k: run(4, 10.0 + k, k) for k in seeds},
+        },
+        target=0.8,
+        n_clients=1,
+    )
+    rounds, times = comp.paired("random"), comp.paired("random", metric="time")
+    by = {r["scheme"]: r for r in times}
+    # by hand: random seed k reaches at round 4 + k % 2, time 10 (4 + k % 2) + k; slow at 2 (6 + k % 2) + k
+    for k in seeds:
+        i = list(seeds).index(k)
+        assert by["slow"]["diffs"][i] == (2 * (6 + k % 2) + k) - (10 * (4 + k % 2) + k)
+        assert rounds[0]["diffs"][i] == 2.0
+    assert all(d < 0 for d in by["slow"]["diffs"]) and all(d > 0 for d in by["other"]["diffs"])
+    from fedselect.experiments.stats import holm
+
+    assert [r["p_holm"] for r in times] == holm([r["p"] for r in times])  # within the time family only
+    assert [r["p_holm"] for r in rounds] == holm([r["p"] for r in rounds])
+    pooled = holm([r["p"] for r in rounds] + [r["p"] for r in times])
+    assert [r["p_holm"] for r in times] != pooled[2:]  # not one family of four
+    report = comp.paired_report("random")
+    assert report.startswith(
+        "Paired by seed against random (rounds to 80%; a run that never reached it counts as its "
+        "rounds + 1; family 1 of 2;"
+    )
+    assert "on simulated seconds to 80% (family 2 of 2;" in report
+    assert "scheme − random (simulated s, mean ± std)" in report
+    assert "with random on simulated time to the target, and no other" in report
+    assert report.count("| slow | 6 |") == 2
+
+
+def test_a_miss_on_time_counts_one_mean_round_past_the_runs_end_and_runs_without_a_clock_leave_the_pairs():
+    comp = _timed_comparison()
+    (fast,) = [r for r in comp.paired("random", metric="time") if r["scheme"] == "fast"]
+    # seed 0: 12 - 30; seed 1: fast missed, counted as 21 x (3 + 1) / 3 = 28, against random's 40
+    assert fast["diffs"] == [12.0 - 30.0, 28.0 - 40.0]
+    (flower,) = [r for r in comp.paired("random", metric="time") if r["scheme"] == "flower"]
+    assert flower["seeds"] == [] and flower["unclocked_seeds"] == [0, 1]
+    assert "kept no simulated clock: flower: seed(s) [0, 1]" in comp.paired_markdown("random", metric="time")
+    with pytest.raises(ValueError, match="metric='hours'"):
+        comp.paired("random", metric="hours")
+
+
+def test_a_result_file_with_a_simulated_time_that_is_not_a_number_is_refused():
+    h = _timed([0.5], [3.0]).to_dict()
+    for bad in ("3", float("nan"), -1.0, float("inf")):
+        h["rounds"][0]["sim_time"] = bad
+        saved, reason = parse_result(json.dumps({"key": "k", "label": "x", "seed": 0, "history": h}))
+        assert saved is None and "simulated times" in reason, bad
+
+
+def test_the_time_picture_is_drawn_beside_the_rounds_picture_only_with_a_clock(tmp_path):
+    names = [p.name for p in _timed_comparison().plot(tmp_path)]
+    assert names[:2] == ["accuracy.png", "accuracy_time.png"]
+    assert (tmp_path / "accuracy_time.png").stat().st_size > 0
+
+
+# -- device profiles in a comparison's keys -----------------------------------------------------------------------
+
+
+def test_a_federation_without_profiles_keeps_its_key_and_profiles_change_it(tmp_path):
+    from fedselect.data import make_federation
+    from fedselect.profiles import homogeneous
+
+    trainer = {"rounds": 2, "clients_per_round": 2}
+    plain = {"dataset": "digits", "n_clients": 6}
+    key = provenance.run_key(run_settings(plain, trainer, "random", 3))
+    assert key == "34405d8fd179be7d"  # what every version before profiles computed
+    none = FederationSource({**plain, "profiles": None})
+    assert none.settings(3) == plain  # "not set" is not recorded: the same key
+    mobile = FederationSource({**plain, "profiles": "mobile"})
+    s3, s4 = mobile.settings(3), mobile.settings(4)
+    assert s3["profiles"] == "mobile" and s3["profiles_fingerprint"] != s4["profiles_fingerprint"]  # per seed
+    built = make_federation(random_state=3, **plain, profiles="mobile")  # what the run trains on
+    assert s3["profiles_fingerprint"] == built.profiles.fingerprint()
+    assert provenance.run_key(run_settings(s3, trainer, "random", 3)) != key
+    # a file is keyed by its content, not its name: rewritten with other devices, it is another run
+    path = tmp_path / "devices.npz"
+    homogeneous(6).save(path)
+    first = FederationSource({**plain, "profiles": str(path)}).settings(0)
+    homogeneous(6, latency=0.5).save(path)
+    second = FederationSource({**plain, "profiles": str(path)}).settings(0)
+    assert first["profiles"] == second["profiles"] == str(path)
+    assert first["profiles_fingerprint"] != second["profiles_fingerprint"]
+    # a Federation object: its fingerprint moves only when it has profiles
+    import dataclasses
+
+    fed = make_federation(n_clients=6, random_state=0)
+    assert provenance.federation_fingerprint(fed) == "766bb02b5f8d5e06"
+    timed = dataclasses.replace(fed, profiles=homogeneous(6))
+    assert provenance.federation_fingerprint(timed) != provenance.federation_fingerprint(fed)
+
+
+def test_make_federation_profiles_leave_the_data_alone_and_are_recorded_only_when_set():
+    import numpy as np
+
+    from fedselect.data import make_federation
+    from fedselect.data.federation import resolve_profiles
+    from fedselect.profiles import homogeneous, sample_profiles
+
+    plain = make_federation(n_clients=6, partition="shards", shards_per_client=2, holdout=0.2, random_state=1)
+    mobile = make_federation(
+        n_clients=6, partition="shards", shards_per_client=2, holdout=0.2, random_state=1, profiles="mobile"
+    )
+    assert plain.profiles is None and "profiles" not in plain.metadata
+    for a, b in zip(plain.client_indices + plain.eval_indices, mobile.client_indices + mobile.eval_indices):
+        assert np.array_equal(a, b)
+    assert mobile.profiles == resolve_profiles("mobile", 6, 1)
+    assert mobile.profiles == sample_profiles(
+        6, random_state=int(np.random.SeedSequence((1, 0x70726F66)).generate_state(1)[0])
+    )
+    assert mobile.metadata["profiles"] == "mobile"
+    assert mobile.metadata["profiles_fingerprint"] == mobile.profiles.fingerprint()
+    assert make_federation(n_clients=6, random_state=0, profiles="homogeneous").profiles == homogeneous(6)
+    fixed = {"kind": "mobile", "random_state": 7, "mean_online": 600.0}
+    a = make_federation(n_clients=6, random_state=0, profiles=fixed).profiles
+    b = make_federation(n_clients=6, random_state=1, profiles=fixed).profiles
+    assert a == b == sample_profiles(6, random_state=7, mean_online=600.0) and a.availability is not None
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("fast", "neither a kind nor a file name"),
+        ({"kind": "laptop"}, "its 'kind' is 'laptop'"),
+        ({"kind": "mobile", "speed": 2}, r"takes the parameters .* not \['speed'\]"),
+        ({"kind": "mobile", "compute_sigma": -1}, "compute_sigma=-1"),
+        ({"kind": "homogeneous", "n_clients": 3}, r"not \['n_clients'\]"),
+        ("missing.npz", "there is no file missing.npz"),
+        (3, "profiles=3 is invalid"),
+    ],
+)
+def test_a_bad_profiles_spec_is_an_error_before_any_data_or_training(spec, match, monkeypatch):
+    import fedselect.data.federation as federation
+    from fedselect.compare import check_plan
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was loaded before the profiles were checked")
+
+    monkeypatch.setattr(federation, "load_dataset", no_data)
+    with pytest.raises(ValueError, match=match):
+        federation.make_federation(n_clients=6, profiles=spec)
+    with pytest.raises(ValueError, match=match):  # a comparison refuses it while planning
+        check_plan(
+            ["random"],
+            trainer={"rounds": 1},
+            seeds=[0],
+            federation={"dataset": "digits", "n_clients": 6, "profiles": spec},
+        )
+
+
+def test_profiles_of_another_size_or_a_file_that_is_no_profiles_file_are_refused(tmp_path):
+    from fedselect.compare import check_plan
+    from fedselect.profiles import homogeneous
+
+    path = tmp_path / "five.json"
+    homogeneous(5).save(path)
+    with pytest.raises(ValueError, match="describes 5 clients but the federation has 6"):
+        check_plan(
+            ["random"],
+            trainer={"rounds": 1},
+            seeds=[0],
+            federation={"dataset": "digits", "n_clients": 6, "profiles": str(path)},
+        )
+    (tmp_path / "evil.npz").write_bytes(b"\x80\x04K\x01.")  # a pickle, not an npz of plain arrays
+    with pytest.raises(ValueError, match=r"not a readable \.npz of plain arrays"):
+        check_plan(
+            ["random"],
+            trainer={"rounds": 1},
+            seeds=[0],
+            federation={"dataset": "digits", "n_clients": 6, "profiles": str(tmp_path / "evil.npz")},
+        )
+
+
+def test_a_flower_run_beside_simulated_ones_has_no_time_cells_and_breaks_nothing(tmp_path):
+    pytest.importorskip("flwr")
+    from fedselect.flower import FlowerRound
+
+    flower = History(
+        [
+            FlowerRound(round=t, clients=[0], weights=[1.0], lr=0.1, test_accuracy=a, wall_seconds=2.5, reported=[0])
+            for t, a in enumerate([0.2, 0.9])
+        ],
+        model_size=10,
+    )
+    comp = _timed_comparison()
+    comp.histories["flower"] = {0: flower, 1: flower}
+    row = next(r for r in comp.rows() if r["scheme"] == "flower")
+    assert row["rounds_to_target"] == 2.0 and row["time_to_target"] is None and row["sim_time"] is None
+    assert "| flower | 2.0 ± 0.0 | - | - |" in comp.to_markdown()
+    assert "kept no simulated clock: flower" in comp.paired_report("random")
+    assert "accuracy_time.png" in [p.name for p in comp.plot(tmp_path)]

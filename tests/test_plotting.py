@@ -253,3 +253,55 @@ def test_a_long_title_is_wrapped_to_the_axes_and_stays_inside_the_figure(compari
         assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
     finally:
         plt.close(fig)
+
+
+def _clocked(accuracies, times):
+    from fedselect.simulation.history import History, RoundRecord
+
+    return History(
+        [
+            RoundRecord(round=t, clients=[0], test_accuracy=a, sim_time=None if times is None else float(times[t]))
+            for t, a in enumerate(accuracies)
+        ],
+        model_size=1,
+    )
+
+
+def test_accuracy_against_simulated_time_steps_through_the_times_every_seed_covers():
+    runs = {
+        "timed": [_clocked([0.1, 0.5, 0.9], [10, 20, 30]), _clocked([0.2, 0.6, 0.8], [15, 25, 35])],
+        "flower": [_clocked([0.3, 0.9], None)],  # measured, not simulated: no curve on this axis
+    }
+    ax = plot_accuracy(runs, target=0.8, x="time")
+    try:
+        (line,) = [ln for ln in ax.lines if ln.get_label().startswith("timed (n=2")]
+        # by hand: on 15, 20, 25, 30 s seed 0 holds 0.1, 0.5, 0.5, 0.9 and seed 1 0.2, 0.2, 0.6, 0.6
+        assert list(line.get_xdata()) == [15, 20, 25, 30]
+        assert list(line.get_ydata()) == pytest.approx([0.15, 0.35, 0.55, 0.75])
+        assert line.get_drawstyle() == "steps-post"  # the model the server holds until the next evaluation
+        (tick,) = _markers(ax, "|")
+        assert tick[0] == [30.0, 35.0]  # each seed's time to the target
+        (diamond,) = _markers(ax, "D")
+        assert diamond[0] == [pytest.approx(32.5)] and matplotlib.colors.same_color(diamond[3], "black")
+        texts = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "flower (n=1; no simulated clock)" in texts
+        assert "their mean: the table's time to target" in texts
+        assert ax.get_xlabel() == "simulated time (s)"
+    finally:
+        plt.close(ax.figure)
+    with pytest.raises(ValueError, match="x='seconds'"):
+        plot_accuracy(runs, x="seconds")
+
+
+def test_the_setting_names_the_devices_the_runs_had():
+    h = _clocked([0.5], [1.0])
+    h.config = {
+        "federation": {
+            "dataset": "digits",
+            "partition": "iid",
+            "n_clients": 6,
+            "profiles": "mobile",
+            "profiles_fingerprint": "abc",
+        }
+    }
+    assert describe_setting({"x": [h]}) == "digits, iid, N = 6, devices mobile"

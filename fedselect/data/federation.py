@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sklearn.utils import check_random_state
 
-from .._validation import InstanceOf, Interval, validate_parameters
+from .._validation import InstanceOf, Interval, Predicate, validate_parameters
 from .datasets import PathLike, _check_sizes, load_dataset, make_synthetic
 from .partition import RegisteredPartition
 from .partition import partition as _partition_by_name
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ..selection import ClientPool
     from .sources import FederationParts
 
-__all__ = ["Federation", "make_federation", "split_holdout"]
+__all__ = ["PROFILE_KINDS", "Federation", "describe_profiles", "make_federation", "resolve_profiles", "split_holdout"]
 
 
 def _as_index_list(parts: Any, n: int, what: str) -> list[np.ndarray]:
@@ -117,14 +118,19 @@ class Federation:
         max_dim = 2 if regression else 1
         if not 1 <= y.ndim <= max_dim or X.ndim < 2 or X.shape[0] != y.shape[0]:
             want = "(n,) or (n, d) float targets" if regression else "(n,) integer labels"
-            raise ValueError(f"Federation: X has shape {X.shape} but y has shape {y.shape}; expected X of shape "
-                             f"(n, ...) and {want}")
+            raise ValueError(
+                f"Federation: X has shape {X.shape} but y has shape {y.shape}; expected X of shape (n, ...) and {want}"
+            )
         if y_test.shape[1:] != y.shape[1:] or X_test.shape[0] != y_test.shape[0]:
-            raise ValueError(f"Federation: X_test has shape {X_test.shape} but y_test has shape {y_test.shape} "
-                             f"(training targets: {y.shape})")
+            raise ValueError(
+                f"Federation: X_test has shape {X_test.shape} but y_test has shape {y_test.shape} "
+                f"(training targets: {y.shape})"
+            )
         if np.issubdtype(y_test.dtype, np.floating) != regression:
-            raise ValueError(f"Federation: y has dtype {y.dtype} but y_test has dtype {y_test.dtype}; both must be "
-                             "integer labels (classification) or both floats (regression)")
+            raise ValueError(
+                f"Federation: y has dtype {y.dtype} but y_test has dtype {y_test.dtype}; both must be "
+                "integer labels (classification) or both floats (regression)"
+            )
         if regression and not (np.isfinite(y).all() and np.isfinite(y_test).all()):
             raise ValueError("Federation: the regression targets y / y_test contain NaN or inf")
         if y_test.size == 0:
@@ -251,9 +257,19 @@ class Federation:
         """
         from .sources import parts_from_datasets
 
-        return _assemble(parts_from_datasets(train, test, partition=partition, n_clients=n_clients, holdout=holdout,
-                                             random_state=random_state, n_classes=n_classes, name=name,
-                                             **partition_params))
+        return _assemble(
+            parts_from_datasets(
+                train,
+                test,
+                partition=partition,
+                n_clients=n_clients,
+                holdout=holdout,
+                random_state=random_state,
+                n_classes=n_classes,
+                name=name,
+                **partition_params,
+            )
+        )
 
     @classmethod
     def from_partitioner(
@@ -319,9 +335,18 @@ class Federation:
         """
         from .sources import parts_from_partitioner
 
-        return _assemble(parts_from_partitioner(partitioner, test, features=features, target=target,
-                                                holdout=holdout, random_state=random_state, n_classes=n_classes,
-                                                name=name))
+        return _assemble(
+            parts_from_partitioner(
+                partitioner,
+                test,
+                features=features,
+                target=target,
+                holdout=holdout,
+                random_state=random_state,
+                n_classes=n_classes,
+                name=name,
+            )
+        )
 
     @property
     def n_clients(self) -> int:
@@ -478,8 +503,17 @@ def _assemble(parts: FederationParts) -> Federation:
     client, held = parts.client_indices, None
     if parts.holdout > 0:
         client, held = split_holdout(client, parts.holdout, parts.rng)
-    return Federation(X=parts.X, y=parts.y, client_indices=client, X_test=parts.X_test, y_test=parts.y_test,
-                      eval_indices=held, n_classes=parts.n_classes, name=parts.name, metadata=parts.metadata)
+    return Federation(
+        X=parts.X,
+        y=parts.y,
+        client_indices=client,
+        X_test=parts.X_test,
+        y_test=parts.y_test,
+        eval_indices=held,
+        n_classes=parts.n_classes,
+        name=parts.name,
+        metadata=parts.metadata,
+    )
 
 
 def _synthetic_pool(
@@ -506,6 +540,154 @@ def _synthetic_pool(
     return np.concatenate(X_tr), np.concatenate(y_tr), parts, np.concatenate(X_te), np.concatenate(y_te), n_classes
 
 
+PROFILE_KINDS = ("homogeneous", "mobile")
+"""The named device profiles ``make_federation(profiles=...)`` builds (see :func:`resolve_profiles`)."""
+
+_PROFILE_FILES = (".npz", ".json")
+_PROFILES_STREAM = 0x70726F66  # "prof": the tag of the profiles' own random stream, apart from the data's
+
+
+def _is_system_profiles(value: Any) -> bool:
+    from ..profiles import SystemProfiles
+
+    return isinstance(value, SystemProfiles)
+
+
+def _profiles_seed(random_state: Any) -> Any:
+    """The random state the ``"mobile"`` devices are drawn with, for the federation's ``random_state``.
+
+    An int seed s gives ``SeedSequence((s, 0x70726F66))``'s first 32-bit word: a stream of its own,
+    so the devices do not depend on the draws of the partition (which uses ``RandomState(s)``).
+    A RandomState is used as it is (after the data were drawn from it); None draws unseeded.
+    """
+    if isinstance(random_state, Integral) and not isinstance(random_state, bool):
+        return int(np.random.SeedSequence((int(random_state), _PROFILES_STREAM)).generate_state(1)[0])
+    return random_state
+
+
+def _profiles_error(spec: Any, why: str, *, forms: bool = False) -> ValueError:
+    """The one shape of a profiles error; ``forms`` adds what ``profiles`` may be."""
+    text = f"make_federation: profiles={spec!r:.80} is invalid: {why.rstrip('.')}"
+    if forms:
+        text += (
+            f". Expected None, one of {PROFILE_KINDS}, the path of a profiles file ({' or '.join(_PROFILE_FILES)}, "
+            "written by SystemProfiles.save), a mapping {'kind': 'homogeneous' or 'mobile', <parameter>: <value>, "
+            "...} or a fedselect.profiles.SystemProfiles"
+        )
+    return ValueError(text)
+
+
+def resolve_profiles(spec: Any, n_clients: int, random_state: Any = None) -> SystemProfiles | None:
+    """The :class:`~fedselect.profiles.SystemProfiles` that ``make_federation(profiles=spec)`` gives its clients.
+
+    Parameters
+    ----------
+    spec : None, str, path, mapping or SystemProfiles
+        What :func:`make_federation`'s ``profiles`` takes:
+
+        * None: no profiles (homogeneous, always-available devices; no clock unless the
+          trainer's ``clock=True``);
+        * ``"homogeneous"``: :func:`fedselect.profiles.homogeneous` at its defaults, every
+          client the median device of ``"mobile"`` (a forward pass of 4.53 ms per sample,
+          780,800 bytes/s both ways, no latency, always online);
+        * ``"mobile"``: :func:`fedselect.profiles.sample_profiles` at its defaults: log-normal
+          compute (FedScale's ``get_completion_time_lognormal``: median 4.53 ms per forward
+          pass, sigma 0.6) and bandwidth (matched to a reading of FedScale's
+          ``client_device_capacity`` trace: median 6,100 kbit/s, sigma 1.1), no latency, always
+          online; ``docs/profiles.rst`` states every source. Drawn with a random stream of its
+          own derived from ``random_state`` (an int seed s: ``SeedSequence((s, 0x70726F66))``),
+          so each seed of a comparison gets its own devices, independent of its partition;
+        * a mapping ``{"kind": "homogeneous" or "mobile", **params}``: that generator with
+          ``params`` (its keyword parameters, e.g. ``{"kind": "mobile", "mean_online": 3600}``
+          for on/off availability; ``"random_state"`` fixes the devices whatever the
+          federation's seed);
+        * a path (str or os.PathLike) ending ``.npz`` or ``.json``: a file written by
+          :meth:`SystemProfiles.save <fedselect.profiles.SystemProfiles.save>`, read with
+          :meth:`~fedselect.profiles.SystemProfiles.load` (never unpickled); it must hold
+          ``n_clients`` clients;
+        * a :class:`~fedselect.profiles.SystemProfiles` of ``n_clients`` clients, used as is.
+    n_clients : int
+        The federation's number of clients.
+    random_state : int, RandomState instance or None
+        The federation's seed (used by ``"mobile"`` only).
+
+    Returns
+    -------
+    SystemProfiles or None
+
+    Raises
+    ------
+    ValueError
+        An unknown kind or parameter, a bad value, a file that is missing or not a profiles
+        file, or profiles of another number of clients; the message names the spec.
+
+    Examples
+    --------
+    >>> resolve_profiles("mobile", 5, random_state=0) == resolve_profiles("mobile", 5, random_state=0)
+    True
+    >>> resolve_profiles({"kind": "homogeneous", "latency": 0.1}, 3).latency.tolist()
+    [0.1, 0.1, 0.1]
+    """
+    from ..profiles import SystemProfiles, homogeneous, sample_profiles
+
+    if spec is None:
+        return None
+    if isinstance(spec, SystemProfiles):
+        profiles = spec
+    elif isinstance(spec, Mapping) or (isinstance(spec, str) and spec in PROFILE_KINDS):
+        params = {"kind": spec} if isinstance(spec, str) else dict(spec)
+        kind = params.pop("kind", None)
+        if kind not in PROFILE_KINDS:
+            raise _profiles_error(spec, f"its 'kind' is {kind!r}, not one of {PROFILE_KINDS}", forms=True)
+        make = homogeneous if kind == "homogeneous" else sample_profiles
+        import inspect
+
+        allowed = [p for p in inspect.signature(make).parameters if p != "n_clients"]
+        unknown = sorted(str(k) for k in params if k not in allowed)
+        if unknown:
+            raise _profiles_error(spec, f"{kind!r} takes the parameters {allowed}, not {unknown}")
+        if kind == "mobile":
+            params.setdefault("random_state", _profiles_seed(random_state))
+        try:
+            profiles = make(int(n_clients), **params)
+        except (TypeError, ValueError) as exc:
+            raise _profiles_error(spec, str(exc)) from exc
+    elif isinstance(spec, str | os.PathLike):
+        path = os.fspath(spec)
+        if not isinstance(path, str) or not path.endswith(_PROFILE_FILES):
+            raise _profiles_error(
+                spec, f"it is neither a kind nor a file name ending {' or '.join(_PROFILE_FILES)}", forms=True
+            )
+        if not os.path.isfile(path):
+            raise _profiles_error(spec, f"there is no file {path}")
+        try:
+            profiles = SystemProfiles.load(path)
+        except (OSError, ValueError) as exc:
+            raise _profiles_error(spec, str(exc)) from exc
+    else:
+        raise _profiles_error(spec, f"a value of type {type(spec).__name__} is none of the forms it takes", forms=True)
+    if profiles.n_clients != int(n_clients):
+        raise _profiles_error(spec, f"it describes {profiles.n_clients} clients but the federation has {n_clients}")
+    return profiles
+
+
+def describe_profiles(spec: Any) -> Any:
+    """``make_federation``'s ``profiles`` as plain JSON, for a run's metadata and settings (None: not set).
+
+    A kind as its name, a path as a string, a mapping as a dict, a SystemProfiles object as
+    ``"SystemProfiles"``; what identifies the content is its fingerprint, recorded beside it.
+    """
+    if spec is None or isinstance(spec, str):
+        return spec
+    if isinstance(spec, os.PathLike):
+        return os.fspath(spec)
+    if isinstance(spec, Mapping):
+        return {
+            str(k): (v if isinstance(v, bool | int | float | str) or v is None else repr(v)) for k, v in spec.items()
+        }
+    return type(spec).__name__
+
+
 _MAKE_FEDERATION_CONSTRAINTS: dict[str, list[Any]] = {
     "dataset": [InstanceOf(str, "a registered dataset name or 'synthetic'")],
     "partition": [RegisteredPartition(extra=("natural",)), callable],  # plugins' schemes too
@@ -513,6 +695,13 @@ _MAKE_FEDERATION_CONSTRAINTS: dict[str, list[Any]] = {
     "holdout": [Interval(Real, 0, 1, closed="left")],
     "random_state": ["random_state"],
     "download": ["boolean"],
+    "profiles": [
+        None,
+        InstanceOf(str, f"one of {PROFILE_KINDS} or a .npz / .json profiles file"),
+        InstanceOf(os.PathLike, "a path"),
+        InstanceOf(Mapping, "a mapping {'kind': ..., parameter: value}"),
+        Predicate(_is_system_profiles, "a fedselect.profiles.SystemProfiles", examples=[1.5, object()]),
+    ],
 }
 
 
@@ -525,6 +714,7 @@ def make_federation(
     random_state: Any = None,
     data_dir: PathLike | None = None,
     download: bool = False,
+    profiles: Any = None,
     **partition_params: Any,
 ) -> Federation:
     """Load a dataset, partition its training split across clients and return the :class:`Federation`.
@@ -553,6 +743,14 @@ def make_federation(
         Where the dataset's files are.
     download : bool, default=False
         Allow fetching missing files.
+    profiles : None, str, path, mapping or SystemProfiles, default=None
+        The clients' devices: ``"homogeneous"``, ``"mobile"`` (sampled phones), a profiles file,
+        a mapping ``{"kind": ..., **generator parameters}`` or a SystemProfiles. None: no
+        profiles, and no simulated clock unless the trainer asks for one. Each form is defined
+        in :func:`resolve_profiles`; bad values raise before any data is loaded. The
+        federation's ``metadata`` records ``profiles`` (as given) and ``profiles_fingerprint``
+        (of the content) only when set, so federations without profiles keep their metadata and
+        every comparison's run keys.
     **partition_params
         Parameters of the partition scheme (``shards_per_client``, ``alpha``, ...).
 
@@ -563,7 +761,7 @@ def make_federation(
     Raises
     ------
     ValueError
-        Bad ``n_clients``, ``holdout`` or partition parameters, or more clients than samples.
+        Bad ``n_clients``, ``holdout``, ``profiles`` or partition parameters, or more clients than samples.
     KeyError
         Unknown dataset; the message names the known ones.
 
@@ -575,10 +773,20 @@ def make_federation(
     """
     validate_parameters(
         "make_federation",
-        {"dataset": dataset, "partition": partition, "n_clients": n_clients, "holdout": holdout,
-         "random_state": random_state, "download": download},
+        {
+            "dataset": dataset,
+            "partition": partition,
+            "n_clients": n_clients,
+            "holdout": holdout,
+            "random_state": random_state,
+            "download": download,
+            "profiles": profiles,
+        },
         _MAKE_FEDERATION_CONSTRAINTS,
     )
+    if profiles is not None and not isinstance(random_state, np.random.RandomState):
+        # checked before the data is loaded; a RandomState is drawn from only once the data has been
+        resolve_profiles(profiles, int(n_clients), random_state)
     rng = check_random_state(random_state)
     seed = random_state if isinstance(random_state, int | np.integer) or random_state is None else "RandomState"
     metadata: dict[str, Any] = {
@@ -605,8 +813,9 @@ def make_federation(
         if np.ndim(partition_params.get("sizes")) == 1:  # a per-client array: recorded by a digest, not in full
             sz = np.asarray(partition_params["sizes"], dtype=np.int64)
             digest = hashlib.sha256(sz.tobytes()).hexdigest()[:16]
-            metadata["sizes"] = (f"{sz.size} sizes, min {sz.min()}, mean {sz.mean():.1f}, max {sz.max()}, "
-                                 f"sha256 {digest}")
+            metadata["sizes"] = (
+                f"{sz.size} sizes, min {sz.min()}, mean {sz.mean():.1f}, max {sz.max()}, sha256 {digest}"
+            )
         name = f"synthetic({metadata['alpha']}, {metadata['beta']})"
     else:
         try:
@@ -640,6 +849,10 @@ def make_federation(
     eval_parts = None
     if holdout > 0:
         parts, eval_parts = split_holdout(parts, holdout, rng)
+    devices = None
+    if profiles is not None:  # after every draw of the data: the data is the same with or without profiles
+        devices = resolve_profiles(profiles, int(n_clients), random_state)  # a RandomState: rng itself
+        metadata.update(profiles=describe_profiles(profiles), profiles_fingerprint=devices.fingerprint())
     return Federation(
         X=X,
         y=y,
@@ -650,4 +863,5 @@ def make_federation(
         n_classes=n_classes,
         name=name,
         metadata=metadata,
+        profiles=devices,
     )

@@ -119,6 +119,7 @@ class FederationSource:
         self.spec = federation
         if isinstance(federation, Mapping):
             self.kind = "mapping"
+            self._profiles_fingerprints: dict[int, str] = {}  # seed -> its devices' fingerprint, when set
         elif isinstance(federation, Federation):
             self.kind = "object"
             self._fingerprint: str | None = None  # computed when first needed
@@ -162,10 +163,45 @@ class FederationSource:
             )
         return fed
 
+    def profiles_fingerprint(self, seed: int) -> str | None:
+        """For a mapping with ``profiles``: the fingerprint of seed ``seed``'s devices (None without profiles).
+
+        Resolved as :func:`~fedselect.data.make_federation` resolves them
+        (:func:`~fedselect.data.federation.resolve_profiles`), without loading the data: a
+        profiles file is read, ``"mobile"`` drawn, each once per seed (O(N)).
+        """
+        from .._validation import validate_parameters
+        from ..data import make_federation
+        from ..data.federation import _MAKE_FEDERATION_CONSTRAINTS, resolve_profiles
+
+        spec = self.spec.get("profiles") if self.kind == "mapping" else None
+        if spec is None:
+            return None
+        if int(seed) not in self._profiles_fingerprints:
+            n = self.spec.get("n_clients", inspect.signature(make_federation).parameters["n_clients"].default)
+            validate_parameters("make_federation", {"n_clients": n}, _MAKE_FEDERATION_CONSTRAINTS)
+            self._profiles_fingerprints[int(seed)] = resolve_profiles(spec, int(n), int(seed)).fingerprint()
+        return self._profiles_fingerprints[int(seed)]
+
     def settings(self, seed: int) -> Any:
-        """What identifies seed ``seed``'s federation in the saved settings (a mapping: the mapping, as always)."""
+        """What identifies seed ``seed``'s federation in the saved settings.
+
+        A mapping: the mapping, as always, except that a ``profiles`` entry appears only when set
+        (not None), written as plain JSON (:func:`~fedselect.data.federation.describe_profiles`)
+        with ``profiles_fingerprint``, the digest of the devices' content, beside it: a mapping
+        without profiles keeps every stored run's key, one with them is keyed by what its devices
+        are (a file rewritten with other devices is another run).
+        """
         if self.kind == "mapping":
-            return dict(self.spec)
+            out = dict(self.spec)
+            if "profiles" in out:
+                from ..data.federation import describe_profiles
+
+                spec = out.pop("profiles")
+                if spec is not None:
+                    out["profiles"] = describe_profiles(spec)
+                    out["profiles_fingerprint"] = self.profiles_fingerprint(seed)
+            return out
         if self.kind == "object":
             if self._fingerprint is None:
                 self._fingerprint = provenance.federation_fingerprint(self.spec)
@@ -269,6 +305,9 @@ def check_plan(
         if model not in registry("models"):  # names and aliases
             raise KeyError(f"unknown model {model!r}; registered models: {', '.join(list_models())}")
     check_clients_per_round(trainer_kw.get("clients_per_round"), source.n_clients() if source else None)
+    if source is not None and source.kind == "mapping" and source.spec.get("profiles") is not None:
+        for seed in seeds:  # a bad kind, parameter or file, or devices for another number of clients
+            source.profiles_fingerprint(seed)
     if out_dir is not None:
         _check_writable_dir(Path(out_dir) / "runs")
     return built

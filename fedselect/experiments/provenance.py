@@ -252,6 +252,9 @@ def federation_fingerprint(fed: Any) -> str:
 
     Cost: one SHA-256 pass over the data, linear in its size (hundreds of MB per second); names
     and metadata are not included, so a renamed but identical federation keeps its fingerprint.
+    The clients' device profiles count only when the federation has some (their own
+    :meth:`~fedselect.profiles.SystemProfiles.fingerprint`): a federation without profiles keeps
+    the fingerprint it always had.
     """
     h = hashlib.sha256()
 
@@ -267,6 +270,9 @@ def federation_fingerprint(fed: Any) -> str:
         for idx in group:
             add(idx)
     h.update(f"eval={fed.eval_indices is not None};classes={int(fed.n_classes)}".encode())
+    profiles = getattr(fed, "profiles", None)
+    if profiles is not None:
+        h.update(f";profiles={profiles.fingerprint()}".encode())
     return h.hexdigest()[:16]
 
 

@@ -19,6 +19,7 @@ import csv
 import gzip
 import hashlib
 import json
+import math
 import os
 import textwrap
 import time
@@ -65,6 +66,34 @@ def _fmt_mean_std(values: Sequence[float], digits: int = 1) -> str:
     return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=0):.{digits}f}"
 
 
+def _clocked(h: History) -> bool:
+    """Whether a run kept simulated time (its records carry ``sim_time``; a Flower run's do not)."""
+    return any(r.sim_time is not None for r in h.rounds)
+
+
+def _end_time(h: History) -> float | None:
+    """Simulated seconds at the end of a run's last timed round (None without a clock)."""
+    return next((float(r.sim_time) for r in reversed(h.rounds) if r.sim_time is not None), None)
+
+
+def _time_if_missed(h: History) -> float:
+    """What a run that never reached the target counts as in a paired test on time: one mean round past its end.
+
+    ``sim_time`` at its end x (rounds + 1) / rounds, as a miss counts its rounds + 1 in rounds:
+    a lower bound on when it would have reached the target.
+    """
+    end = _end_time(h) or 0.0
+    return end * (len(h) + 1) / max(len(h), 1)
+
+
+def _reach_cell(values: Sequence[float | None], complete: bool, digits: int = 1) -> str:
+    """A to-target cell: mean ± std when every seed reached it, else N/A and what those that reached it took."""
+    ok = [float(v) for v in values if v is not None]
+    if complete:
+        return _fmt_mean_std(ok, digits)
+    return "N/A" if not ok else f"N/A ({len(ok)} reached: {_fmt_mean_std(ok, digits)})"
+
+
 @dataclass
 class Comparison:
     """The results of :func:`run_comparison`.
@@ -97,14 +126,40 @@ class Comparison:
     def _n_failed(self) -> dict[str, int]:
         return {label: len(runs) for label, runs in self.failed.items() if runs}
 
+    def _runs(self, label: str) -> list[History]:
+        runs = self.histories.get(label, {})
+        return [runs[s] for s in sorted(runs)]
+
+    def has_clock(self) -> bool:
+        """Whether any run kept simulated time (records with ``sim_time``): then the tables show time to the
+        target beside rounds, :meth:`paired_report` adds a family of tests on it, and :meth:`plot` draws
+        accuracy against simulated time. Without a clock every report is what it always was."""
+        return any(_clocked(h) for runs in self.histories.values() for h in runs.values())
+
+    def time_to_target(self) -> dict[str, dict[int, float | None]]:
+        """Label -> {seed: simulated seconds to the target} (:meth:`History.time_to_accuracy`), like
+        ``rows()[i]["rounds_to_target_each"]``; None where a run missed the target or kept no clock."""
+        return {
+            label: {int(s): runs[s].time_to_accuracy(self.target) for s in sorted(runs)}
+            for label, runs in self.histories.items()
+        }
+
     def rows(self) -> list[dict[str, Any]]:
         """One row per scheme: rounds to target, accuracies and costs to the target.
 
         ``seeds`` counts finished runs; ``failed`` (present when a run of the scheme failed)
         lists the failed ones as ``{"seed", "type", "message", "round"}``, and a scheme with a
         failed run has no mean rounds to the target (like one whose run missed it).
+
+        When a run kept simulated time (:meth:`has_clock`), every row also has
+        ``time_to_target`` and ``time_to_target_std`` (simulated seconds to the target, mean and
+        std over seeds; None, as for rounds, when a seed missed it or failed),
+        ``time_to_target_each`` (per finished seed, None for a miss) and ``sim_time`` /
+        ``sim_time_std`` (simulated seconds at a run's last round); all None for a scheme whose
+        runs kept no clock (a Flower run measures wall-clock seconds, not simulated ones).
         """
         out = []
+        clock = self.has_clock()
         labels = list(self.histories) + [k for k in self.failed if k not in self.histories and self.failed[k]]
         for label in labels:
             runs = self.histories.get(label, {})
@@ -135,6 +190,19 @@ class Comparison:
                 "trainings_to_target": float(np.mean([c.local_trainings for c, _ in costs_ok])) if costs_ok else None,
                 "seconds": float(np.mean([sum(r.seconds for r in h.rounds) for h in hs])) if hs else None,
             }
+            if clock:
+                timed = bool(hs) and all(_clocked(h) for h in hs)
+                times = [h.time_to_accuracy(self.target) if timed else None for h in hs]
+                t_ok = [t for t in times if t is not None]
+                t_complete = timed and len(t_ok) == len(hs) and not fails
+                ends = [_end_time(h) for h in hs] if timed else []
+                row.update(
+                    time_to_target=float(np.mean(t_ok)) if t_complete else None,
+                    time_to_target_std=float(np.std(t_ok)) if t_complete else None,
+                    time_to_target_each=times,
+                    sim_time=float(np.mean(ends)) if timed else None,
+                    sim_time_std=float(np.std(ends)) if timed else None,
+                )
             if label in self.paper:
                 row["paper"] = self.paper[label]
             if fails:
@@ -183,6 +251,11 @@ class Comparison:
             f"local trainings of one run until it reached {target}, mean over the seeds that reached it; "
             "s/run: seconds per run"
         )
+        if self.has_clock():
+            legend += (
+                f"; time to {target}: simulated seconds to it, mean ± std over seeds (N/A as for rounds); time at "
+                "end: simulated seconds at the last round, mean ± std over seeds; - : the runs kept no clock"
+            )
         lines = [fmt(head), *(fmt(vals) for vals in body), "", *textwrap.wrap(legend, 100)]
         return "\n".join(lines + (["", *notes] if notes else []))
 
@@ -219,6 +292,16 @@ class Comparison:
                 f"local trainings {to_target}",
                 "seconds per run, mean over seeds",
             ]
+        clock = self.has_clock()
+        if clock:  # beside the rounds: the same question in simulated seconds, and how long the runs lasted
+            head[2:2] = (
+                [f"time to {target}", "time at end"]
+                if short
+                else [
+                    f"simulated s to {target}, mean ± std over seeds",
+                    "simulated s at the last round, mean ± std over seeds",
+                ]
+            )
         if paper:
             head.insert(2, "paper")
         if any_failed:
@@ -226,11 +309,8 @@ class Comparison:
         body: list[list[str]] = []
         for r in rows:
             fails = r.get("failed", [])
-            rounds = [x for x in r["rounds_to_target_each"] if x is not None]
-            if r["reached"] == r["seeds"] and not fails:
-                cell = _fmt_mean_std(rounds)
-            else:  # the paper's N/A, and what the seeds that did reach it took
-                cell = "N/A" if not rounds else f"N/A ({len(rounds)} reached: {_fmt_mean_std(rounds)})"
+            # the paper's N/A when a seed missed the target or failed, and what the seeds that did reach it took
+            cell = _reach_cell(r["rounds_to_target_each"], r["reached"] == r["seeds"] and not fails)
             vals = [
                 r["scheme"],
                 cell,
@@ -243,6 +323,15 @@ class Comparison:
                 "-" if r["trainings_to_target"] is None else f"{r['trainings_to_target']:.0f}",
                 "-" if r["seconds"] is None else f"{r['seconds']:.1f}",
             ]
+            if clock:
+                if r["sim_time"] is None:  # these runs kept no clock
+                    vals[2:2] = ["-", "-"]
+                else:
+                    done = r["time_to_target_each"]
+                    vals[2:2] = [
+                        _reach_cell(done, len([t for t in done if t is not None]) == r["seeds"] and not fails),
+                        _fmt_mean_std([_end_time(h) or 0.0 for h in self._runs(r["scheme"])]),
+                    ]
             if paper:
                 vals.insert(2, r.get("paper", "-"))
             if any_failed:
@@ -267,7 +356,12 @@ class Comparison:
         return head, body, notes
 
     def paired(
-        self, reference: str, *, not_reached: int | None = None, diverged: str = "leave-out"
+        self,
+        reference: str,
+        *,
+        not_reached: float | None = None,
+        diverged: str = "leave-out",
+        metric: str = "rounds",
     ) -> list[dict[str, Any]]:
         """Each other scheme against ``reference``, paired by seed.
 
@@ -279,43 +373,60 @@ class Comparison:
         ----------
         reference : str
             The label every other scheme is compared with.
-        not_reached : int, optional
-            The value a run that never reached the target counts as. Default: its number
-            of rounds + 1 (a lower bound on its true rounds to the target).
+        not_reached : float, optional
+            The value a run that never reached the target counts as, in the metric's unit.
+            Default: its number of rounds + 1 (a lower bound on its true rounds to the target);
+            on time, its simulated time at the end x (rounds + 1) / rounds (one mean round
+            more, the same lower bound in seconds).
         diverged : {"leave-out", "not-reached"}, default "leave-out"
             What a run that failed with a :class:`~fedselect.simulation.DivergenceError`
             (the scheme's training diverged) counts as. ``"leave-out"``: like any failed run,
             its seed leaves the pairs (listed in ``failed_seeds``). ``"not-reached"``: it never
             reached the target, so it counts as ``not_reached`` (default: the longest run of the
-            comparison + 1); a scheme that diverges on most seeds is then judged on all of them,
-            not on the few it survived. Runs that failed otherwise are always left out.
+            comparison + 1; on time, the longest run's miss value); a scheme that diverges on most
+            seeds is then judged on all of them, not on the few it survived. Runs that failed
+            otherwise are always left out.
+        metric : {"rounds", "time"}, default "rounds"
+            What is paired: rounds to the target, or simulated seconds to it
+            (:meth:`History.time_to_accuracy`). On time, a seed whose run of this scheme or of
+            the reference kept no clock leaves the pairs (listed in ``unclocked_seeds``). Each
+            metric is its own family of tests: Holm's adjustment runs over one metric's rows.
 
         Returns
         -------
         rows : list of dict
             Per other scheme: ``scheme``, ``seeds`` (the seeds in the pairs), ``diffs``
-            (other - reference rounds to the target, per seed: positive means the
+            (other - reference rounds, or seconds, to the target, per seed: positive means the
             reference was faster), ``failed_seeds`` (seeds left out because a run of
             this scheme or of the reference failed), ``diverged_seeds`` and
             ``reference_diverged_seeds`` (with ``diverged="not-reached"``: the seeds in the pairs
             where this scheme's run, or the reference's, diverged and counts as not reached),
-            the statistics of :func:`paired_summary`, and
+            ``unclocked_seeds`` (on time only), the statistics of :func:`paired_summary`, and
             ``p_holm``: the p-value adjusted for comparing the reference with every other
-            scheme at once (Holm's step-down method, see :func:`holm`).
+            scheme at once on this metric (Holm's step-down method, see :func:`holm`).
         """
         if reference not in self.histories:
             raise KeyError(f"no scheme {reference!r} in this comparison; schemes: {list(self.histories)}")
         if diverged not in ("leave-out", "not-reached"):
             raise ValueError(f"Comparison.paired: diverged={diverged!r}; expected 'leave-out' or 'not-reached'")
-        longest = max((len(h) for runs in self.histories.values() for h in runs.values()), default=0)
+        if metric not in ("rounds", "time"):
+            raise ValueError(f"Comparison.paired: metric={metric!r}; expected 'rounds' or 'time'")
+        on_time = metric == "time"
+        every = [h for runs in self.histories.values() for h in runs.values()]
+        if on_time:
+            longest = max((_time_if_missed(h) for h in every if _clocked(h)), default=0.0)
+        else:
+            longest = float(max((len(h) for h in every), default=0) + 1)
 
-        def rounds(h: History | None) -> float:
-            r = None if h is None else h.rounds_to_accuracy(self.target)
+        def value(h: History | None) -> float:
+            if h is None:  # diverged, counted as not reached
+                return float(not_reached) if not_reached is not None else longest
+            r = h.time_to_accuracy(self.target) if on_time else h.rounds_to_accuracy(self.target)
             if r is not None:
                 return float(r)
             if not_reached is not None:
                 return float(not_reached)
-            return float((len(h) if h is not None else longest) + 1)
+            return _time_if_missed(h) if on_time else float(len(h) + 1)
 
         def usable(label: str) -> dict[int, History | None]:
             """seed -> History, or None for a diverged run counted as not reached."""
@@ -326,37 +437,51 @@ class Comparison:
                         runs[int(seed)] = None
             return runs
 
+        def unclocked(runs: Mapping[int, History | None]) -> set[int]:
+            return {s for s, h in runs.items() if on_time and h is not None and not _clocked(h)}
+
         ref = usable(reference)
         out = []
         for label in self.histories:
             runs = usable(label)
-            seeds = sorted(set(ref) & set(runs))
-            failed = sorted((set(self.failed.get(label, {})) | set(self.failed.get(reference, {}))) - set(seeds))
-            if label == reference or not (seeds or failed):
+            shared = set(ref) & set(runs)
+            no_clock = sorted(shared & (unclocked(ref) | unclocked(runs)))
+            seeds = sorted(shared - set(no_clock))
+            failed = sorted((set(self.failed.get(label, {})) | set(self.failed.get(reference, {}))) - shared)
+            if label == reference or not (seeds or failed or no_clock):
                 continue
-            diffs = [rounds(runs[s]) - rounds(ref[s]) for s in seeds]
-            out.append(
-                {
-                    "scheme": label,
-                    "seeds": seeds,
-                    "failed_seeds": failed,
-                    "diverged_seeds": [s for s in seeds if runs[s] is None],
-                    "reference_diverged_seeds": [s for s in seeds if ref[s] is None],
-                    **paired_summary(diffs),
-                }
-            )
+            diffs = [value(runs[s]) - value(ref[s]) for s in seeds]
+            row = {
+                "scheme": label,
+                "seeds": seeds,
+                "failed_seeds": failed,
+                "diverged_seeds": [s for s in seeds if runs[s] is None],
+                "reference_diverged_seeds": [s for s in seeds if ref[s] is None],
+                **({"unclocked_seeds": no_clock} if on_time else {}),
+                **paired_summary(diffs),
+            }
+            out.append(row)
         for row, p in zip(out, holm([r["p"] for r in out])):
             row["p_holm"] = p
         return out
 
-    def paired_markdown(self, reference: str, *, not_reached: int | None = None, diverged: str = "leave-out") -> str:
-        """:meth:`paired` as a markdown table."""
+    def paired_markdown(
+        self,
+        reference: str,
+        *,
+        not_reached: float | None = None,
+        diverged: str = "leave-out",
+        metric: str = "rounds",
+    ) -> str:
+        """:meth:`paired` as a markdown table (``metric="time"``: on simulated seconds to the target)."""
+        on_time = metric == "time"
+        unit = "simulated s" if on_time else "rounds"
         lines = [
-            f"| scheme | seeds | scheme − {reference} (rounds, mean ± std) | median | "
+            f"| scheme | seeds | scheme − {reference} ({unit}, mean ± std) | median | "
             f"{reference} faster / tie / slower | p (Wilcoxon) | p (Holm) |",
             "|---|---|---|---|---|---|---|",
         ]
-        rows = self.paired(reference, not_reached=not_reached, diverged=diverged)
+        rows = self.paired(reference, not_reached=not_reached, diverged=diverged, metric=metric)
         for r in rows:
             lines.append(
                 f"| {r['scheme']} | {len(r['seeds'])} | {r['mean']:+.1f} ± {r['std']:.1f} | {r['median']:+.1f} | "
@@ -380,17 +505,64 @@ class Comparison:
         if left_out:
             lines.append("")
             lines.append("Left out because a run failed (see the table's failed column): " + "; ".join(left_out) + ".")
-        if rows:
+        no_clock = [f"{r['scheme']}: seed(s) {r['unclocked_seeds']}" for r in rows if r.get("unclocked_seeds")]
+        if no_clock:
             lines.append("")
             lines.append(
-                f"p (Holm) is adjusted over this family of {len(rows)} comparison(s) with {reference}, and no other: "
+                "Left out because a run (of the scheme or of the reference) kept no simulated clock: "
+                + "; ".join(no_clock)
+                + "."
+            )
+        if rows:
+            lines.append("")
+            family = f"p (Holm) is adjusted over this family of {len(rows)} comparison(s) with {reference}"
+            if on_time:
+                family += " on simulated time to the target"
+            lines.append(
+                f"{family}, and no other: "
                 f"{', '.join(r['scheme'] for r in rows)} (seeds {_seed_list({s for r in rows for s in r['seeds']})}). "
                 "Another set of schemes is another family, with other adjusted p-values."
+                + (
+                    " Rounds to the target (family 1) and simulated time to it (family 2) are two families, each "
+                    "adjusted on its own."
+                    if self.has_clock()
+                    else ""
+                )
             )
+        elif on_time:
+            lines.append("")
+            lines.append(f"No pair of runs with a simulated clock to compare with {reference}.")
         return "\n".join(lines)
+
+    def paired_report(self, reference: str, *, not_reached: float | None = None, diverged: str = "leave-out") -> str:
+        """The text of ``paired.md``: :meth:`paired_markdown` against ``reference`` with its heading.
+
+        Family 1 pairs rounds to the target; when a run kept simulated time (:meth:`has_clock`)
+        family 2 pairs simulated seconds to the target, below it. Holm's adjustment runs within
+        each family. Without a clock the text is what the command line always wrote.
+        """
+        target = f"{self.target:.0%}"
+        head = f"Paired by seed against {reference} (rounds to {target}; a run that never reached it counts as its "
+        text = (
+            f"{head}rounds + 1; two-sided Wilcoxon signed-rank test)\n\n"
+            f"{self.paired_markdown(reference, not_reached=not_reached, diverged=diverged)}\n"
+        )
+        if self.has_clock():
+            text = text.replace(f"{head}rounds + 1;", f"{head}rounds + 1; family 1 of 2;", 1)
+            text += (
+                f"\nPaired by seed against {reference} on simulated seconds to {target} (family 2 of 2; a run that "
+                "never reached it counts as its simulated time at the end x (rounds + 1) / rounds, one mean round "
+                "more; two-sided Wilcoxon signed-rank test)\n\n"
+                f"{self.paired_markdown(reference, not_reached=None, diverged=diverged, metric='time')}\n"
+            )
+        return text
 
     def plot(self, out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
         """Write accuracy.png, selection_frequency.png and communication.png; return their paths.
+
+        When a run kept simulated time (:meth:`has_clock`), also accuracy_time.png: accuracy
+        against simulated seconds, with the same marks (:func:`~fedselect.plotting.plot_accuracy`
+        with ``x="time"``), right after accuracy.png.
 
         A report of other runs in the folder is first moved aside, as :meth:`write` does.
         """
@@ -413,6 +585,10 @@ class Comparison:
         pictures = [
             ("accuracy.png", lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title, failed=failed)),
             (
+                "accuracy_time.png",
+                lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title, failed=failed, x="time"),
+            ),
+            (
                 "selection_frequency.png",
                 lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax, title=self.title),
             ),
@@ -425,6 +601,8 @@ class Comparison:
             # Histories whose rounds keep no chosen clients (compacted records): a selection-frequency
             # picture of them would be empty, so none is drawn and an earlier one is left as it is.
             pictures = [p for p in pictures if p[0] != "selection_frequency.png"]
+        if not self.has_clock():  # no simulated time to draw against: the pictures are what they always were
+            pictures = [p for p in pictures if p[0] != "accuracy_time.png"]
         for name, draw in pictures:
             size = figure_size(name.removesuffix(".png"), list(res), self.n_clients)
             fig, ax = plt.subplots(figsize=size, constrained_layout=True)
@@ -505,6 +683,7 @@ class Comparison:
         summary = {"target": self.target, "rows": self.rows(), "report": self.report_id(), "runs": seeds_of}
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         any_failed = bool(self._n_failed())
+        clock = self.has_clock()
         head = [
             "scheme",
             "seed",
@@ -514,6 +693,8 @@ class Comparison:
             "rounds_run",
             "floats_to_target",
         ]
+        if clock:  # simulated seconds to the target (empty: missed, or no clock) and at the last round
+            head += ["time_to_target", "sim_time"]
         rows: list[list[Any]] = [head + (["status"] if any_failed else [])]
         for label in dict.fromkeys([*self.histories, *self.failed]):
             runs = self.histories.get(label, {})
@@ -530,10 +711,13 @@ class Comparison:
                         len(h),
                         "" if c is None else c.floats_communicated(h.model_size),
                     ]
+                    + (_blank(h.time_to_accuracy(self.target), _end_time(h)) if clock else [])
                     + (["finished"] if any_failed else [])
                 )
             for seed, f in sorted(self.failed.get(label, {}).items()):
-                rows.append([label, seed, "", "", "", f.get("rounds_completed", ""), "", "failed"])
+                rows.append(
+                    [label, seed, "", "", "", f.get("rounds_completed", ""), "", *(["", ""] if clock else []), "failed"]
+                )
         # The csv module quotes a label such as "fedcor(rank=5,beta=0.9)", whose commas would split its row.
         with open(out / "results.csv", "w", newline="") as fh:
             csv.writer(fh, lineterminator="\n").writerows(rows)
@@ -548,8 +732,10 @@ REPORT_FILES = (
     "accuracy.png",
     "selection_frequency.png",
     "communication.png",
+    "accuracy_time.png",
 )
-"""The files of a comparison's report in its folder (``paired.md`` is written by the command line)."""
+"""The files of a comparison's report in its folder (``paired.md`` is written by the command line;
+``accuracy_time.png`` only when runs kept simulated time)."""
 
 
 def _aside(name: str, report: str) -> str:
@@ -559,6 +745,11 @@ def _aside(name: str, report: str) -> str:
 
 def _seed_list(seeds: Any) -> str:
     return ", ".join(str(s) for s in sorted(seeds))
+
+
+def _blank(*values: Any) -> list[Any]:
+    """CSV cells: None as an empty cell."""
+    return ["" if v is None else v for v in values]
 
 
 def _report_id(cells: Sequence[tuple[str, int]], target: Any) -> str:
@@ -788,6 +979,8 @@ def _history_problem(h: History) -> str | None:
             and all(_is_number(getattr(r.costs, f.name)) for f in fields(r.costs))
         ):
             return f"round {r.round!r} holds values that are not numbers"
+        if not all(v is None or (_is_number(v) and math.isfinite(v) and v >= 0) for v in (r.sim_seconds, r.sim_time)):
+            return f"round {r.round!r} holds simulated times that are not finite non-negative numbers"
     return None
 
 
