@@ -29,8 +29,24 @@ def cnn(input_shape: Sequence[int], n_classes: int, **params: Any) -> Any:
     return FedCorCNN(input_shape, n_classes, **params)
 
 
+def cnn_flsim(input_shape: Sequence[int], n_classes: int, **params: Any) -> Any:
+    """FLSim's CIFAR-10 CNN, FedLDCS's (see FLSimCNN)."""
+    from .simulation.models import FLSimCNN
+
+    return FLSimCNN(input_shape, n_classes, **params)
+
+
+def resnet_gn(input_shape: Sequence[int], n_classes: int, **params: Any) -> Any:
+    """A CIFAR ResNet with GroupNorm, ResNet-8 by default (see ResNetGN)."""
+    from .simulation.models import ResNetGN
+
+    return ResNetGN(input_shape, n_classes, **params)
+
+
 @hookimpl
 def register_models(register: Any) -> None:
     register(logistic, name="logistic", aliases=("logreg",))
     register(mlp, name="mlp")
     register(cnn, name="cnn")
+    register(cnn_flsim, name="cnn-flsim")
+    register(resnet_gn, name="resnet-gn")

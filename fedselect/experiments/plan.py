@@ -362,8 +362,18 @@ def run_settings(federation: Any, trainer: Mapping[str, Any], selector: Any, see
     )
     model = trainer.get("model", FederatedTrainer().model)
     objects = tuple(o for o in (spec.cls, model) if not isinstance(o, str))
-    plugins = user_plugins_used(selector=spec.name, dataset=dataset, model=model, objects=objects,
-                                federation=federation if isinstance(federation, Mapping) else None)
+    plugins = user_plugins_used(
+        selector=spec.name,
+        dataset=dataset,
+        model=model,
+        objects=objects,
+        federation=federation if isinstance(federation, Mapping) else None,
+    )
+    if "device" in trainer:  # keyed by the kind of machine: "auto" as the kind it chose; the CPU (the default) not
+        from ..simulation.engine import device_setting  # at all, so every stored run keeps its key
+
+        device = device_setting(trainer["device"])
+        trainer = {k: v for k, v in trainer.items() if k != "device"} | ({} if device == "cpu" else {"device": device})
     return provenance.record_settings(federation, trainer, spec.settings(), seed, plugins=plugins)
 
 

@@ -69,6 +69,7 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         "straggler_policy": "fail",
         "overselect": 1.3,
         "server_knows_profiles": False,
+        "device": "cpu",  # every run before devices trained on the CPU
     },
     "fedselect.selectors.clustered:ClusteredSamplingSelector": {"similarity": "dense", "n_neighbors": 10},
     "fedselect.selectors.ocs:OptimalClientSamplingSelector": {"max_trained": None},
@@ -96,6 +97,7 @@ NOT_IDENTIFYING: dict[str, tuple[str, ...]] = {
         "checkpoint_every",
         "checkpoint_trusted",
         "divergence",
+        "device",  # a checkpoint resumes on another device (the run then mixes two kinds' rounding)
     ),
 }
 """``module:qualname`` -> options that do not change a run's numbers (a checkpoint resumes with other values)."""

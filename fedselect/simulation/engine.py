@@ -28,6 +28,12 @@ in its own forward passes; at each local step the clients are grouped by the len
 their minibatch, so a padded sample never enters a batch statistic (see :meth:`Engine.train`
 and :func:`aggregate_buffers`). Models without buffers or normalisation layers keep the
 padded path above, unchanged.
+
+Devices: an engine lives on one device (``device=``, :func:`resolve_device`: the CPU, a CUDA GPU,
+an Apple GPU). Its data is copied there once; a training call copies its minibatch indices there
+once and runs its local steps without bringing a value back to the host; its public methods take
+parameters on any device and return CPU tensors, numpy arrays and Python numbers. On the CPU every
+number is the one it was before devices existed.
 """
 
 from __future__ import annotations
@@ -46,9 +52,20 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _NormBase
 
+from .._validation import InstanceOf
 from ..aggregation import average_buffer_deltas
 
-__all__ = ["LOSSES", "Engine", "LocalSchedule", "aggregate_buffers", "resolve_loss"]
+__all__ = [
+    "DEVICE_CONSTRAINTS",
+    "LOSSES",
+    "Engine",
+    "LocalSchedule",
+    "aggregate_buffers",
+    "available_devices",
+    "device_setting",
+    "resolve_device",
+    "resolve_loss",
+]
 
 LOSSES = ("cross-entropy", "mse")
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -88,6 +105,148 @@ def resolve_loss(loss: str | LossFn) -> LossFn:
     if loss == "mse":
         return _mse
     raise ValueError(f"loss={loss!r} is not one of {LOSSES} or a callable loss(outputs, targets) -> per-sample losses")
+
+
+# -- devices ---------------------------------------------------------------------------
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def available_devices() -> list[str]:
+    """The device names this machine can train on: ``"cpu"``, ``"auto"``, and ``"cuda"``, ``"cuda:N"`` and
+    ``"mps"`` where torch sees such a device."""
+    out = ["cpu", "auto"]
+    if torch.cuda.is_available():
+        out += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    if _mps_available():
+        out.append("mps")
+    return out
+
+
+def _why_not(kind: str) -> str:
+    if kind == "cuda":
+        if torch.version.cuda is None:
+            return f"this torch ({torch.__version__}) was built without CUDA"
+        return "torch sees no CUDA GPU (check CUDA_VISIBLE_DEVICES and the driver)"
+    return "torch sees no Apple GPU (MPS needs macOS on Apple silicon)"
+
+
+def resolve_device(device: str | torch.device = "cpu") -> torch.device:
+    """The torch device that ``device`` names on this machine, checked to exist.
+
+    Parameters
+    ----------
+    device : str or torch.device, default "cpu"
+        ``"cpu"``, ``"cuda"`` (the current CUDA GPU), ``"cuda:N"``, ``"mps"`` (Apple GPUs), a
+        :class:`torch.device` of one of those kinds, or ``"auto"``: CUDA if torch sees a CUDA GPU,
+        else MPS if it sees one, else the CPU.
+
+    Returns
+    -------
+    torch.device
+        With its index for a GPU (``cuda:0``, ``mps:0``), as tensors on it report their device.
+
+    Raises
+    ------
+    ValueError
+        A device this machine does not have (the message says what it has and why not), or a
+        kind of device fedselect does not train on.
+    TypeError
+        ``device`` is neither a string nor a torch.device.
+    """
+    if isinstance(device, str) and device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("mps", 0) if _mps_available() else torch.device("cpu")
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(
+                f"device={device!r} is not a device name; use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto' "
+                f"(available here: {', '.join(map(repr, available_devices()))})"
+            ) from exc
+    else:
+        raise TypeError(f"device={device!r} must be a device name (str) or a torch.device, not {type(device).__name__}")
+    have = ", ".join(map(repr, available_devices()))
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} is not available: {_why_not('cuda')}; available here: {have}")
+        n = torch.cuda.device_count()
+        index = torch.cuda.current_device() if dev.index is None else dev.index
+        if not 0 <= index < n:
+            raise ValueError(
+                f"device={device!r} is not available: torch sees {n} CUDA GPU(s), "
+                f"cuda:0 to cuda:{n - 1}; available here: {have}"
+            )
+        return torch.device("cuda", index)
+    if dev.type == "mps":
+        if not _mps_available():
+            raise ValueError(f"device={device!r} is not available: {_why_not('mps')}; available here: {have}")
+        return torch.device("mps", 0)
+    raise ValueError(
+        f"device={device!r}: fedselect trains on 'cpu', 'cuda', 'cuda:N' or 'mps' devices, not "
+        f"{dev.type!r}; available here: {have}"
+    )
+
+
+def device_setting(device: str | torch.device) -> str:
+    """``device`` as a run's settings record it, after checking it (:func:`resolve_device`).
+
+    ``"auto"`` becomes the kind of device it chose here (``"cpu"``, ``"cuda"``, ``"mps"``), so a
+    record says which kind of machine ran; every form of the CPU (``"cpu:0"``,
+    ``torch.device("cpu")``) is ``"cpu"``; a torch.device is its name; another name is kept as given.
+    """
+    resolved = resolve_device(device)
+    if (isinstance(device, str) and device == "auto") or resolved.type == "cpu":
+        return resolved.type
+    return str(device)
+
+
+class _Device(InstanceOf):
+    """A device name or torch.device that :func:`resolve_device` accepts on this machine."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        if not super().is_satisfied_by(value):
+            return False
+        try:
+            resolve_device(value)
+        except (TypeError, ValueError):
+            return False
+        return True
+
+    def __str__(self) -> str:
+        if self.type is not str:
+            return "a torch.device of those kinds"
+        have = [d for d in available_devices() if not d.startswith("cuda:")]
+        if torch.cuda.is_available():
+            have.append(f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        lacking = [
+            f"no {kind}: {_why_not(kind)}"
+            for kind, there in (("cuda", torch.cuda.is_available()), ("mps", _mps_available()))
+            if not there
+        ]
+        return f"one of the devices this machine has ({', '.join(have)}{''.join('; ' + x for x in lacking)})"
+
+    def invalid_examples(self) -> list[Any]:
+        out: list[Any] = ["tpu", "meta", "cuda:x", "", 0, None, torch.device("meta")]
+        if not torch.cuda.is_available():
+            out += ["cuda", "cuda:0", torch.device("cuda")]
+        if not _mps_available():
+            out.append("mps")
+        return out
+
+
+DEVICE_CONSTRAINTS: list[Any] = [_Device(str), _Device(torch.device)]
+"""The declared constraint of a ``device`` parameter (:mod:`fedselect._validation`): a name or a
+torch.device of a device this machine has, checked by :func:`resolve_device`."""
 
 
 def _check_losses(values: Any, n: int, loss: Any) -> torch.Tensor:
@@ -210,6 +369,15 @@ class Engine:
         shape ``(m, *out)`` and the m matching targets and must return the m per-sample
         losses (shape ``(m,)``, reduction none); it must be differentiable in ``outputs``
         and is also called inside the vmapped forward, so it must not call ``.item()``.
+    device : str or torch.device, default "cpu"
+        Where the data lives and the model trains (:func:`resolve_device`: ``"cpu"``, ``"cuda"``,
+        ``"cuda:N"``, ``"mps"``, a torch.device or ``"auto"``). The training pool, the evaluation data
+        and the test split are copied to it once, here; each training call moves its minibatch
+        indices there once and runs every local step without waiting for the device (no value comes
+        back to the host inside the loop). The public methods take parameters and buffers on any
+        device and return CPU tensors and Python numbers, so what the trainer aggregates, records
+        and checkpoints is on the CPU whatever the device. On the CPU every number is what it was
+        before devices existed, bit for bit; another device type gives its own, reproducible, bits.
 
     Raises
     ------
@@ -242,6 +410,8 @@ class Engine:
         normalise a single sample in training mode (``BatchNorm1d`` on flat features), else 1.
     classification : bool
         Whether the targets are integer class labels (accuracy is then measured).
+    device : torch.device
+        Where the data and the training are (resolved: ``cuda:0``, not ``"auto"``).
     """
 
     def __init__(
@@ -255,25 +425,37 @@ class Engine:
         *,
         eval_batch: int = 16384,
         loss: str | LossFn = "cross-entropy",
+        device: str | torch.device = "cpu",
     ) -> None:
-        self.model = model
+        self.device = resolve_device(device)
+        # float64 sums (losses, accuracies) where the device has float64; MPS has none, so there they are
+        # taken on the CPU
+        self._acc = self.device if self.device.type != "mps" else torch.device("cpu")
+        _check_model(model)
+        # the caller's module is never moved: a copy goes to the device (the parameters and buffers the
+        # engine trains are passed to functional_call anyway; the module supplies its structure)
+        elsewhere = any(t.device != self.device for t in (*model.parameters(), *model.buffers()))
+        self.model = copy.deepcopy(model).to(self.device) if elsewhere else model
         self.loss = loss
         self._loss_fn = resolve_loss(loss)
         y_arr = np.asarray(y)
         self.classification = bool(np.issubdtype(y_arr.dtype, np.integer))
         ydtype = np.int64 if self.classification else np.float32
-        self.X = torch.as_tensor(np.ascontiguousarray(X, dtype=np.float32))
-        self.y = torch.as_tensor(np.asarray(y_arr, dtype=ydtype))
-        self.X_test = torch.as_tensor(np.ascontiguousarray(X_test, dtype=np.float32))
-        self.y_test = torch.as_tensor(np.asarray(y_test, dtype=ydtype))
+        dev = self.device
+        on_cpu = dev.type == "cpu"
+        self.X = torch.as_tensor(np.ascontiguousarray(X, dtype=np.float32)).to(dev)
+        self.y = torch.as_tensor(np.asarray(y_arr, dtype=ydtype)).to(dev)
+        self.X_test = torch.as_tensor(np.ascontiguousarray(X_test, dtype=np.float32)).to(dev)
+        self.y_test = torch.as_tensor(np.asarray(y_test, dtype=ydtype)).to(dev)
         self.eval_batch = int(eval_batch)
-        _check_model(model)
         params = dict(model.named_parameters())
         self.names = list(params)
         self.shapes = [p.shape for p in params.values()]
         self.numels = [p.numel() for p in params.values()]
         self.n_params = int(sum(self.numels))
-        self.buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
+        # the initial buffers on the CPU (as the trainer keeps the global ones), and a copy on the device
+        self.buffers = {k: v.detach().clone().cpu() for k, v in model.named_buffers()}
+        self._device_buffers = self.buffers if on_cpu else {k: v.to(dev) for k, v in self.buffers.items()}
         self.stateful = bool(self.buffers) or any(isinstance(m, _NormBase) for m in model.modules())
         # Evaluation data: every client's loss samples, concatenated in client order, gathered once.
         sizes = np.array([len(ix) for ix in loss_indices], dtype=np.int64)
@@ -281,9 +463,11 @@ class Engine:
         self.eval_offsets = np.concatenate([[0], np.cumsum(sizes)])
         cat = np.concatenate([np.asarray(ix, dtype=np.int64) for ix in loss_indices])
         self._eval_all = cat
-        self.X_eval = self.X[torch.from_numpy(cat)]
-        self.y_eval = self.y[torch.from_numpy(cat)]
-        self.eval_owner = torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes))
+        cat_t = torch.from_numpy(cat).to(dev)
+        self.X_eval = self.X[cat_t]
+        self.y_eval = self.y[cat_t]
+        self.eval_owner = torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes)).to(self._acc)
+        self._eval_sizes_f64 = torch.from_numpy(sizes).to(self._acc, torch.float64)
         # vmap only the forward pass; one ordinary backward over the sum of the clients' losses
         # gives each client exactly its own gradient (the clients share no parameters). Measured
         # 14-25 % faster per step than vmap(grad(...)) on FedCor's MLP (benchmarks/speed/bench_engine.py).
@@ -293,6 +477,7 @@ class Engine:
         # FedCor's MLP) take a hand-batched path with baddbmm, which avoids functorch's per-op
         # dispatch; every other model uses vmap. Both give the same numbers (tests/simulation).
         self._plan = _linear_chain(model, self.names)
+        self._model_repr = repr(model)  # the layers' options (GroupNorm's groups...): part of the batch key
         if self._plan is not None:
             self._forward_all = self._forward_chain
         self.min_batch_size = 1
@@ -305,14 +490,15 @@ class Engine:
         x, y = self.X[:n], self.y[:n]
         name = type(self.model).__name__
         was_training = self.model.training
-        with torch.random.fork_rng(devices=[]):  # the probe draws no number the run would see
+        gpus = [self.device.index] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=gpus):  # the probe draws no number the run would see
             try:
-                flat = self.initial_parameters()
+                flat = self.initial_parameters().to(self.device)
                 p = flat.repeat(2, 1).requires_grad_(True)
                 self.model.train()
                 try:
                     if self.stateful:
-                        bufs = {k: v.unsqueeze(0).repeat(2, *([1] * v.dim())) for k, v in self.buffers.items()}
+                        bufs = {k: v.unsqueeze(0).repeat(2, *([1] * v.dim())) for k, v in self._device_buffers.items()}
                         out = self._forward_state_all(p, bufs, x.expand(2, *x.shape))
                     else:
                         out = self._forward_all(p, x.expand(2, *x.shape))
@@ -334,7 +520,7 @@ class Engine:
             if self.stateful:
                 self.model.train()
                 try:
-                    bufs = {k: v.unsqueeze(0).clone() for k, v in self.buffers.items()}
+                    bufs = {k: v.unsqueeze(0).clone() for k, v in self._device_buffers.items()}
                     self._forward_state_all(flat.unsqueeze(0), bufs, x[:1].unsqueeze(0))
                 except ValueError as exc:
                     if "more than 1 value per channel" not in str(exc):
@@ -373,17 +559,32 @@ class Engine:
 
     # -- parameters -----------------------------------------------------------------
     def initial_parameters(self) -> torch.Tensor:
-        """The model's current parameters, flattened (float32, detached copy)."""
-        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).clone()
+        """The model's current parameters, flattened (float32, detached copy, on the CPU)."""
+        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).clone().cpu()
+
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` on the engine's device (``t`` itself when it is there)."""
+        return t.to(self.device)
+
+    def _buffers_on_device(self, buffers: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        """Global buffers on the device: ``buffers`` (moved when elsewhere), or the initial ones."""
+        if buffers is None:
+            return self._device_buffers
+        return {k: torch.as_tensor(v).to(self.device) for k, v in buffers.items()}
+
+    def _f64(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in float64 for a sum, on the device (on the CPU for MPS, which has no float64)."""
+        return t.to(self._acc, torch.float64)
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         return {n: t.view(s) for n, t, s in zip(self.names, flat.split(self.numels), self.shapes)}
 
     def module_at(self, flat: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
-        """A copy of the model holding ``flat`` (and ``buffers``), in eval mode: the global model as a module."""
-        module = copy.deepcopy(self.model)
-        state = {n: t.detach().clone() for n, t in self.unflatten(torch.as_tensor(flat)).items()}
-        state.update({n: torch.as_tensor(b).detach().clone() for n, b in (buffers or {}).items()})
+        """A copy of the model holding ``flat`` (and ``buffers``), in eval mode, on the CPU: the global model as a
+        module."""
+        module = copy.deepcopy(self.model).cpu()
+        state = {n: t.detach().clone().cpu() for n, t in self.unflatten(torch.as_tensor(flat)).items()}
+        state.update({n: torch.as_tensor(b).detach().clone().cpu() for n, b in (buffers or {}).items()})
         missing = set(module.state_dict()) - set(state)
         module.load_state_dict({**{k: v for k, v in module.state_dict().items() if k in missing}, **state})
         return module.eval()
@@ -409,7 +610,9 @@ class Engine:
         return self._chain(shaped, x, noise)
 
     def _chain(
-        self, parts: Mapping[str, torch.Tensor], x: torch.Tensor,
+        self,
+        parts: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
         noise: Callable[[int, torch.Tensor], torch.Tensor | None] | None = None,
     ) -> torch.Tensor:
         """The chain's forward pass with each weight as ``(C, out, in)`` and each bias as ``(C, 1, out)``."""
@@ -435,9 +638,12 @@ class Engine:
                 n_dropout += 1
         return h
 
-    def _forward(self, flat: torch.Tensor, x: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None
-                 ) -> torch.Tensor:
-        return functional_call(self.model, (self.unflatten(flat), self.buffers if buffers is None else buffers), (x,))
+    def _forward(
+        self, flat: torch.Tensor, x: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        return functional_call(
+            self.model, (self.unflatten(flat), self._device_buffers if buffers is None else buffers), (x,)
+        )
 
     def _forward_state(self, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         # one client's forward with its own buffers; batch norm updates them in place (under vmap: its copy)
@@ -545,9 +751,10 @@ class Engine:
         C = len(batches)
         start = self.buffers if buffers is None else buffers
         if C == 0:
-            empty = theta.new_zeros((0, theta.numel()))
-            out: tuple[Any, ...] = (empty, {k: v.unsqueeze(0)[:0] for k, v in start.items()}) if return_buffers \
-                else (empty,)
+            empty = torch.zeros((0, theta.numel()), dtype=theta.dtype)
+            out: tuple[Any, ...] = (
+                (empty, {k: v.unsqueeze(0)[:0] for k, v in start.items()}) if return_buffers else (empty,)
+            )
             if sample_losses:
                 out = (*out, np.zeros(0))
             return out if len(out) > 1 else empty
@@ -562,23 +769,34 @@ class Engine:
             for s, x in enumerate(bs):
                 idx[s, i, : len(x)] = x
                 mask[s, i, : len(x)] = 1.0
-        idx_t = torch.from_numpy(idx)
-        mask_t = torch.from_numpy(mask)
-        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32))  # (S, C)
+        dev = self.device
+        theta = self._to_device(theta)
+        # the round's minibatch indices and masks go to the device once; every step slices them there
+        idx_t = torch.from_numpy(idx).to(dev)
+        mask_t = torch.from_numpy(mask).to(dev)
+        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32)).to(dev)  # (S, C)
         denom = mask_t.sum(2).clamp_min(1.0)  # (S, C): each client's mean over its real samples
         params = theta.detach().unsqueeze(0).repeat(C, 1)
         anchor = theta.detach().unsqueeze(0)
-        bufs = {k: v.detach().unsqueeze(0).repeat(C, *([1] * v.dim())) for k, v in start.items()}
+        bufs = {
+            k: v.detach().unsqueeze(0).repeat(C, *([1] * v.dim())) for k, v in self._buffers_on_device(buffers).items()
+        }
         lengths = mask.sum(axis=2).astype(np.int64)  # (S, C)
+        groups = self._length_groups(lengths) if self.stateful else None
         velocity: torch.Tensor | None = None
         # Sums of squared per-sample losses, one per client (only when asked: nothing is computed otherwise).
-        sq = torch.zeros(C, dtype=torch.float64) if sample_losses else None
+        sq = torch.zeros(C, dtype=torch.float64, device=self._acc) if sample_losses else None
+        mask_acc = None if sq is None else mask_t.to(self._acc)
 
         def finish(deltas: torch.Tensor) -> torch.Tensor | tuple[Any, ...]:
-            out: tuple[Any, ...] = (deltas, bufs) if return_buffers else (deltas,)
+            # what the trainer keeps comes back to the host once, after the last local step
+            out: tuple[Any, ...] = (
+                (deltas.cpu(), {k: v.cpu() for k, v in bufs.items()}) if return_buffers else (deltas.cpu(),)
+            )
             if sq is not None:
-                out = (*out, (sq / torch.from_numpy(mask.sum(axis=(0, 2))).double().clamp_min(1.0)).numpy())
-            return out if len(out) > 1 else deltas
+                counts = torch.from_numpy(mask.sum(axis=(0, 2))).to(self._acc).double().clamp_min(1.0)
+                out = (*out, (sq / counts).cpu().numpy())
+            return out if len(out) > 1 else out[0]
 
         was_training = self.model.training
         self.model.train()
@@ -587,9 +805,16 @@ class Engine:
         if self._plan is not None:  # the hand-batched chain: only the clients with steps left compute
             try:
                 final = self._sgd_chain(
-                    params, idx, mask, _lr_rows([float(lr)], [C]),
-                    functools.partial(_global_dropout_masks, C, B),
-                    weight_decay=weight_decay, prox_mu=prox_mu, momentum=momentum, nesterov=nesterov, sq=sq,
+                    params,
+                    idx,
+                    mask,
+                    _lr_rows([float(lr)], [C]),
+                    functools.partial(_global_dropout_masks, C, B, device=dev),
+                    weight_decay=weight_decay,
+                    prox_mu=prox_mu,
+                    momentum=momentum,
+                    nesterov=nesterov,
+                    sq=sq,
                 )
             finally:
                 self.model.train(was_training)
@@ -598,14 +823,15 @@ class Engine:
             for s in range(S):
                 ix = idx_t[s]
                 p = params.requires_grad_(True)
-                if self.stateful:
-                    objective = self._grouped_objective(p, bufs, ix, lengths[s], sq=sq)
+                if groups is not None:
+                    objective = self._grouped_objective(p, bufs, ix, groups[s], sq=sq)
                 else:
                     out = self._forward_all(p, self.X[ix])  # (C, B, classes)
                     losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(C, B)
                     objective = ((losses * mask_t[s]).sum(1) / denom[s]).sum()
                     if sq is not None:
-                        sq += (losses.detach().double().square() * mask_t[s]).sum(1)
+                        assert mask_acc is not None
+                        sq += (self._f64(losses.detach()).square() * mask_acc[s]).sum(1)
                 (g,) = torch.autograd.grad(objective, p)
                 with torch.no_grad():
                     if weight_decay:
@@ -635,10 +861,12 @@ class Engine:
         """Local SGD of N clients from ``start`` (N, D) on the vmapped path, every client padded at every step
         (:meth:`train`'s stateless path; used for several runs of a model that draws no random numbers)."""
         N, B = start.shape[0], idx.shape[2]
-        idx_t = torch.from_numpy(idx)
-        mask_t = torch.from_numpy(mask)
-        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32))
+        dev = self.device
+        idx_t = torch.from_numpy(idx).to(dev)
+        mask_t = torch.from_numpy(mask).to(dev)
+        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32)).to(dev)
         denom = mask_t.sum(2).clamp_min(1.0)
+        lr_rows = lr_rows.to(dev)
         params = start.clone()
         velocity: torch.Tensor | None = None
         self.model.train()
@@ -687,16 +915,19 @@ class Engine:
         receives each client's sum of squared per-sample losses over its steps.
         """
         N = start.shape[0]
+        dev = self.device
         n_steps = (mask.sum(axis=2) > 0).sum(axis=0)  # (N,): steps are a prefix of each client's round
         order = np.argsort(-n_steps, kind="stable")
         identity = bool((order == np.arange(N)).all())
         sorted_steps = n_steps[order]
-        idx_t = torch.from_numpy(np.ascontiguousarray(idx[:, order]))
+        # the minibatch indices and masks go to the device once, before the first step
+        idx_t = torch.from_numpy(np.ascontiguousarray(idx[:, order])).to(dev)
         mask_o = np.ascontiguousarray(mask[:, order])
-        mask_t = torch.from_numpy(mask_o)
-        active = torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32))  # (S, N)
+        mask_t = torch.from_numpy(mask_o).to(dev)
+        active = torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32)).to(dev)  # (S, N)
         denom = mask_t.sum(2).clamp_min(1.0)
-        order_t = torch.from_numpy(order)
+        order_t = torch.from_numpy(order).to(dev)
+        lr_rows = lr_rows.to(dev)
         ordered = start[order_t] if not identity else start
         # Each parameter as its own (N, out, in) or (N, 1, out) tensor: its gradient then arrives as the batched
         # product computes it, where a flat (N, D) leaf would cost two copies of it per step (to lay the
@@ -719,7 +950,8 @@ class Engine:
         B = idx.shape[2]
         xbuf = self.X.new_empty((N * B, *self.X.shape[1:]))
         by_hand = self._loss_fn is _cross_entropy and self.classification
-        sq_o = None if sq is None else torch.zeros(N, dtype=torch.float64)  # in the clients' sorted order
+        sq_o = None if sq is None else torch.zeros(N, dtype=torch.float64, device=self._acc)  # in sorted order
+        mask_acc = None if sq is None else mask_t.to(self._acc)
         seen: list[torch.Tensor] | None = None if sq is None else []
         self.model.train()
         for step in range(idx.shape[0]):
@@ -728,8 +960,9 @@ class Engine:
                 continue
             rows = order_t[:k]
 
-            def noise(layer: int, h: torch.Tensor, step: int = step, k: int = k, rows: torch.Tensor = rows
-                      ) -> torch.Tensor | None:
+            def noise(
+                layer: int, h: torch.Tensor, step: int = step, k: int = k, rows: torch.Tensor = rows
+            ) -> torch.Tensor | None:
                 p = drop[layer]
                 if p == 0.0:
                     return None  # F.dropout draws nothing and returns its input
@@ -742,13 +975,14 @@ class Engine:
             x = torch.index_select(self.X, 0, ix, out=xbuf[: k * B]).view(k, B, *self.X.shape[1:])
             if by_hand:
                 # d objective / d loss_(c,b) = mask_(c,b) / denom_c, formed as autograd forms it
-                weights = torch.ones(k).div_(denom[step, :k]).unsqueeze(1).expand(k, B) * mask_t[step, :k]
+                weights = torch.ones(k, device=dev).div_(denom[step, :k]).unsqueeze(1).expand(k, B) * mask_t[step, :k]
                 with torch.no_grad():
-                    grads = self._chain_grads({n: v[:k] for n, v in params.items()}, x, noise, self.y[ix], weights,
-                                              losses_out=seen)
+                    grads = self._chain_grads(
+                        {n: v[:k] for n, v in params.items()}, x, noise, self.y[ix], weights, losses_out=seen
+                    )
                 if seen:
-                    assert sq_o is not None
-                    sq_o[:k] += (seen.pop().double().square() * mask_t[step, :k]).sum(1)
+                    assert sq_o is not None and mask_acc is not None
+                    sq_o[:k] += (self._f64(seen.pop()).square() * mask_acc[step, :k]).sum(1)
             else:
                 leaves = {n: v[:k].detach().requires_grad_(True) for n, v in params.items()}
                 out = self._chain(leaves, x, noise)
@@ -756,7 +990,8 @@ class Engine:
                 objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
                 grads = list(torch.autograd.grad(objective, list(leaves.values())))
                 if sq_o is not None:
-                    sq_o[:k] += (losses.detach().double().square() * mask_t[step, :k]).sum(1)
+                    assert mask_acc is not None
+                    sq_o[:k] += (self._f64(losses.detach()).square() * mask_acc[step, :k]).sum(1)
             # The update in place, into buffers kept across steps (each operation as the padded path writes it
             # out of place, so the same numbers; fresh tensors of this size would cost page faults every step).
             factor = lr_o[:k] * active_o[step, :k].unsqueeze(2)  # float32(lr) for the clients still training
@@ -780,7 +1015,7 @@ class Engine:
                     cur.sub_(torch.mul(g, factor, out=t))
         final = torch.cat([params[n].reshape(N, -1) for n in self.names], dim=1)
         if sq is not None and sq_o is not None:
-            sq[order_t] = sq_o
+            sq[order_t.to(sq.device)] = sq_o
         if identity:
             return final
         out_params = torch.empty_like(final)
@@ -862,23 +1097,38 @@ class Engine:
         Supported: stateless models that the engine runs on its hand-batched path (a
         Flatten/Linear/ReLU/Dropout chain: the built-in ``logistic`` and ``mlp``), whose dropout
         masks can be drawn from each run's own generator exactly as the run alone draws them,
-        and the built-in ``cnn``, which draws no random numbers. Other models may draw random
-        numbers inside a vmapped forward (whose masks the engine cannot assign to runs) or
-        carry state (batch norm).
+        and the built-in ``cnn``, ``resnet-gn`` and ``cnn-flsim`` (without dropout), which draw no
+        random numbers (GroupNorm normalises each sample by itself and keeps no running
+        statistics). Other models may draw random numbers inside a vmapped forward (whose
+        masks the engine cannot assign to runs) or carry state (batch norm).
         """
-        from .models import FedCorCNN
+        from .models import FedCorCNN, FLSimCNN, ResNetGN
 
         if self.stateful:
             return f"the model {type(self.model).__name__} has buffers or normalisation layers (batch norm)"
-        if self._plan is None and type(self.model) is not FedCorCNN:
-            return (f"the model {type(self.model).__name__} is not one the engine can batch across runs exactly (the "
-                    "built-in logistic, mlp and cnn models, or a module built by them)")
+        kind = type(self.model)
+        no_randomness = kind in (FedCorCNN, ResNetGN) or (
+            kind is FLSimCNN and not any(isinstance(m, nn.Dropout) and m.p > 0 for m in self.model.modules())
+        )
+        if self._plan is None and not no_randomness:
+            return (
+                f"the model {type(self.model).__name__} is not one the engine can batch across runs exactly (the "
+                "built-in logistic, mlp, cnn, resnet-gn and cnn-flsim without dropout, or a module built by them)"
+            )
         return None
 
     def batch_key(self) -> tuple[Any, ...]:
         """What engines must share to train in one :meth:`train_runs` call (besides equal data)."""
-        return (type(self.model), tuple(self._plan or ()), tuple(self.names), tuple(map(tuple, self.shapes)),
-                self.loss if isinstance(self.loss, str) else id(self.loss), self.classification)
+        return (
+            type(self.model),
+            tuple(self._plan or ()),
+            tuple(self.names),
+            tuple(map(tuple, self.shapes)),
+            self.loss if isinstance(self.loss, str) else id(self.loss),
+            self.classification,
+            str(self.device),
+            self._model_repr,
+        )
 
     def train_runs(
         self,
@@ -943,12 +1193,21 @@ class Engine:
         if nesterov and not momentum:
             raise ValueError("Engine.train_runs: nesterov=True needs momentum > 0")
         R = len(batches)
-        gens = [torch.Generator().manual_seed(int(seed)) for seed in dropout_seeds]
+        dev = self.device
+        gens = [torch.Generator(device=dev).manual_seed(int(seed)) for seed in dropout_seeds]
+
+        def cpu_states() -> list[torch.Tensor]:
+            # what torch's (CPU) global generator holds after train() of each run alone: on the CPU the masks
+            # come from it, on another device from that device's generator, the CPU one only seeded
+            if dev.type == "cpu":
+                return [g.get_state() for g in gens]
+            return [torch.Generator().manual_seed(int(seed)).get_state() for seed in dropout_seeds]
+
         sizes = [len(b) for b in batches]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         N = int(offsets[-1])
         if N == 0:
-            return [thetas[r].new_zeros((0, thetas[r].numel())) for r in range(R)], [g.get_state() for g in gens]
+            return [torch.zeros((0, thetas[r].numel()), dtype=thetas[r].dtype) for r in range(R)], cpu_states()
         run_steps = [max((len(bs) for bs in b), default=0) for b in batches]
         run_width = [max((len(x) for bs in b for x in bs), default=0) for b in batches]
         S = max(run_steps)
@@ -961,7 +1220,7 @@ class Engine:
                 for s, x in enumerate(bs):
                     idx[s, row, : len(x)] = x
                     mask[s, row, : len(x)] = 1.0
-        start = torch.cat([thetas[r].detach().unsqueeze(0).expand(sizes[r], -1) for r in range(R)])
+        start = torch.cat([self._to_device(thetas[r].detach()).unsqueeze(0).expand(sizes[r], -1) for r in range(R)])
         lr_rows = _lr_rows([float(x) for x in lrs], sizes)
         was_training = self.model.training
         try:
@@ -969,22 +1228,41 @@ class Engine:
 
                 def masks(step: int, layer: int, p: float, width: int) -> torch.Tensor:
                     # run r's mask has its own shape (C_r, B_r, width), drawn only while run r has steps left
-                    out = torch.ones((N, B, width))
+                    out = torch.ones((N, B, width), device=dev)
                     for r in range(R):
                         if step < run_steps[r] and sizes[r]:
-                            m = torch.empty((sizes[r], run_width[r], width)).bernoulli_(1 - p, generator=gens[r])
+                            m = torch.empty((sizes[r], run_width[r], width), device=dev).bernoulli_(
+                                1 - p, generator=gens[r]
+                            )
                             out[offsets[r] : offsets[r + 1], : run_width[r]] = m.div_(1 - p)
                     return out
 
-                final = self._sgd_chain(start, idx, mask, lr_rows, masks, weight_decay=weight_decay,
-                                        prox_mu=prox_mu, momentum=momentum, nesterov=nesterov)
+                final = self._sgd_chain(
+                    start,
+                    idx,
+                    mask,
+                    lr_rows,
+                    masks,
+                    weight_decay=weight_decay,
+                    prox_mu=prox_mu,
+                    momentum=momentum,
+                    nesterov=nesterov,
+                )
             else:
-                final = self._sgd_padded(start, idx, mask, lr_rows, weight_decay=weight_decay, prox_mu=prox_mu,
-                                         momentum=momentum, nesterov=nesterov)
+                final = self._sgd_padded(
+                    start,
+                    idx,
+                    mask,
+                    lr_rows,
+                    weight_decay=weight_decay,
+                    prox_mu=prox_mu,
+                    momentum=momentum,
+                    nesterov=nesterov,
+                )
         finally:
             self.model.train(was_training)
-        deltas = (final - start).detach()
-        return [deltas[offsets[r] : offsets[r + 1]] for r in range(R)], [g.get_state() for g in gens]
+        deltas = (final - start).detach().cpu()  # back to the host once, after the last local step
+        return [deltas[offsets[r] : offsets[r + 1]] for r in range(R)], cpu_states()
 
     @torch.no_grad()
     def test_runs(self, thetas: Sequence[torch.Tensor]) -> list[tuple[float, float | None]]:
@@ -1002,7 +1280,7 @@ class Engine:
         R = len(thetas)
         if R == 0:
             return []
-        stacked = torch.stack([t.detach() for t in thetas])
+        stacked = torch.stack([self._to_device(t.detach()) for t in thetas])
         was_training = self.model.training
         self.model.eval()
         try:
@@ -1019,12 +1297,12 @@ class Engine:
                         correct[r].append(out[r].argmax(1) == yy)
         finally:
             self.model.train(was_training)
-        result: list[tuple[float, float | None]] = []
-        for r in range(R):
-            loss = float(torch.cat(losses[r]).double().mean())
-            acc = float(torch.cat(correct[r]).double().mean()) if self.classification else None
-            result.append((loss, acc))
-        return result
+        # every run's loss and accuracy come back to the host in one copy
+        means = [self._f64(torch.cat(losses[r])).mean() for r in range(R)]
+        if self.classification:
+            means += [self._f64(torch.cat(correct[r])).mean() for r in range(R)]
+        values = torch.stack(means).tolist()
+        return [(values[r], values[R + r] if self.classification else None) for r in range(R)]
 
     def _chain_many(self, stacked: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Evaluation-mode forward of R models of a linear chain on one input chunk: shape (R, n, outputs)."""
@@ -1056,26 +1334,42 @@ class Engine:
             raise ValueError("Engine: a linear chain without a linear layer")
         return h
 
+    def _length_groups(self, lengths: np.ndarray) -> list[list[tuple[int, torch.Tensor, torch.Tensor]]]:
+        """Per local step, the clients grouped by minibatch length: ``(length, rows, rows_acc)`` with the rows
+        on the device (and where float64 sums are taken), all moved there in one copy before the first step."""
+        plan = [[(int(b), np.flatnonzero(row == b)) for b in np.unique(row[row > 0])] for row in lengths]
+        flat = [rows for step in plan for _, rows in step]
+        if not flat:
+            return [[] for _ in plan]
+        allrows = torch.from_numpy(np.concatenate(flat)).to(self.device)
+        acc = allrows if self._acc == self.device else allrows.to(self._acc)
+        sizes = [rows.size for rows in flat]
+        on_dev, on_acc = iter(allrows.split(sizes)), iter(acc.split(sizes))
+        return [[(b, next(on_dev), next(on_acc)) for b, _ in step] for step in plan]
+
     def _grouped_objective(
-        self, p: torch.Tensor, bufs: dict[str, torch.Tensor], ix: torch.Tensor, lengths: np.ndarray,
+        self,
+        p: torch.Tensor,
+        bufs: dict[str, torch.Tensor],
+        ix: torch.Tensor,
+        groups: Sequence[tuple[int, torch.Tensor, torch.Tensor]],
         sq: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Sum over clients of their mean minibatch loss, one vmapped forward per minibatch length.
 
-        Updates ``bufs`` (stacked per client) in place with each group's new buffers; adds each
-        client's squared per-sample losses to ``sq`` when given.
+        ``groups`` is one step's :meth:`_length_groups`. Updates ``bufs`` (stacked per client) in
+        place with each group's new buffers; adds each client's squared per-sample losses to
+        ``sq`` when given.
         """
         total = p.new_zeros(())
-        for b in np.unique(lengths[lengths > 0]):
-            rows = np.flatnonzero(lengths == b)
-            g = torch.from_numpy(rows)
+        for b, g, g_acc in groups:
             sub = {k: v[g] for k, v in bufs.items()}  # copies: the forward updates them in place
-            xi = ix[g, : int(b)]
+            xi = ix[g, :b]
             out = self._forward_state_all(p[g], sub, self.X[xi])
-            losses = self._losses(out.flatten(0, 1), self.y[xi].flatten(0, 1)).view(rows.size, int(b))
+            losses = self._losses(out.flatten(0, 1), self.y[xi].flatten(0, 1)).view(g.shape[0], b)
             total = total + losses.mean(1).sum()
             if sq is not None:
-                sq[g] += losses.detach().double().square().sum(1)
+                sq[g_acc] += self._f64(losses.detach()).square().sum(1)
             for k, v in sub.items():
                 bufs[k][g] = v
         return total
@@ -1085,12 +1379,14 @@ class Engine:
     def _per_sample(
         self, flat: torch.Tensor, X: torch.Tensor, y: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        flat = self._to_device(flat)
+        bufs = None if buffers is None else self._buffers_on_device(buffers)
         was_training = self.model.training
         self.model.eval()
         try:
             losses, correct = [], []
             for i in range(0, X.shape[0], self.eval_batch):
-                out = self._forward(flat, X[i : i + self.eval_batch], buffers)
+                out = self._forward(flat, X[i : i + self.eval_batch], bufs)
                 yy = y[i : i + self.eval_batch]
                 losses.append(self._losses(out, yy))
                 if self.classification:
@@ -1107,28 +1403,35 @@ class Engine:
     ) -> np.ndarray:
         """l_k(flat) for every client (or for ``clients``): one pass with a per-client reduction.
 
-        ``buffers`` are the global buffers to evaluate with (default: the initial ones).
+        ``buffers`` are the global buffers to evaluate with (default: the initial ones). The losses
+        come back to the host in one copy.
         """
+        acc = self._acc
         if clients is None:
             losses, _ = self._per_sample(flat, self.X_eval, self.y_eval, buffers)
-            sums = torch.zeros(len(self.eval_sizes), dtype=torch.float64).index_add_(
-                0, self.eval_owner, losses.double()
+            sums = torch.zeros(len(self.eval_sizes), dtype=torch.float64, device=acc).index_add_(
+                0, self.eval_owner, self._f64(losses)
             )
-            return (sums / torch.from_numpy(self.eval_sizes).double()).numpy()
+            return (sums / self._eval_sizes_f64).cpu().numpy()
         clients = np.asarray(clients, dtype=np.int64)
         if clients.size == 0:
             return np.zeros(0)
         rows = np.concatenate([np.arange(self.eval_offsets[k], self.eval_offsets[k + 1]) for k in clients])
-        owner = torch.from_numpy(np.repeat(np.arange(clients.size), self.eval_sizes[clients]))
-        rows_t = torch.from_numpy(rows)
+        owner = torch.from_numpy(np.repeat(np.arange(clients.size), self.eval_sizes[clients])).to(acc)
+        rows_t = torch.from_numpy(rows).to(self.device)
         losses, _ = self._per_sample(flat, self.X_eval[rows_t], self.y_eval[rows_t], buffers)
-        sums = torch.zeros(clients.size, dtype=torch.float64).index_add_(0, owner, losses.double())
-        return (sums / torch.from_numpy(self.eval_sizes[clients]).double()).numpy()
+        sums = torch.zeros(clients.size, dtype=torch.float64, device=acc).index_add_(0, owner, self._f64(losses))
+        return (sums / torch.from_numpy(self.eval_sizes[clients]).to(acc).double()).cpu().numpy()
 
     def test(self, flat: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None) -> tuple[float, float | None]:
-        """(test loss, test accuracy) of ``flat`` (with ``buffers``); the accuracy is None for float targets."""
+        """(test loss, test accuracy) of ``flat`` (with ``buffers``); the accuracy is None for float targets.
+
+        Both come back to the host in one copy."""
         losses, correct = self._per_sample(flat, self.X_test, self.y_test, buffers)
-        return float(losses.double().mean()), (None if correct is None else float(correct.double().mean()))
+        if correct is None:
+            return float(self._f64(losses).mean()), None
+        loss, accuracy = torch.stack([self._f64(losses).mean(), self._f64(correct).mean()]).tolist()
+        return loss, accuracy
 
 
 def _lr_rows(lrs: Sequence[float], sizes: Sequence[int]) -> torch.Tensor:
@@ -1139,10 +1442,13 @@ def _lr_rows(lrs: Sequence[float], sizes: Sequence[int]) -> torch.Tensor:
         return torch.from_numpy(values.astype(np.float32).reshape(-1, 1))
 
 
-def _global_dropout_masks(n: int, b: int, step: int, layer: int, p: float, width: int) -> torch.Tensor:
+def _global_dropout_masks(
+    n: int, b: int, step: int, layer: int, p: float, width: int, *, device: torch.device | None = None
+) -> torch.Tensor:
     """The scaled mask ``F.dropout`` multiplies an ``(n, b, width)`` activation by, drawn from torch's global
-    generator exactly as ``F.dropout`` draws it on the CPU (``bernoulli_(1 - p)``, then ``div_(1 - p)``)."""
-    return torch.empty((n, b, width)).bernoulli_(1 - p).div_(1 - p)
+    generator exactly as ``F.dropout`` draws it on the CPU (``bernoulli_(1 - p)``, then ``div_(1 - p)``), on
+    ``device`` (default: the CPU) from that device's default generator."""
+    return torch.empty((n, b, width), device=device).bernoulli_(1 - p).div_(1 - p)
 
 
 def _check_model(model: nn.Module) -> None:
@@ -1202,4 +1508,3 @@ def _linear_chain(model: nn.Module, names: list[str]) -> list[tuple[str, object]
             return None
     used = {n for kind, arg in plan if kind == "linear" for n in arg[:2] if n is not None}  # type: ignore[index]
     return plan if used == set(names) else None
-

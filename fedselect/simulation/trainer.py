@@ -44,7 +44,7 @@ from .checkpoint import (
     selector_state,
     write_checkpoint,
 )
-from .engine import LOSSES, Engine, LocalSchedule, aggregate_buffers
+from .engine import DEVICE_CONSTRAINTS, LOSSES, Engine, LocalSchedule, aggregate_buffers, device_setting
 from .history import History, RoundRecord
 from .models import build_model
 
@@ -718,6 +718,14 @@ class FederatedTrainer(BaseEstimator):
         Give the clock's profiles to a selector that takes a ``profiles`` parameter (left None)
         before it is fitted: the server knows the declared devices. False: the selector learns
         speed only from the durations it observes. Needs a clock.
+    device : str or torch.device, default "cpu"
+        Where local training and evaluation run: cpu, cuda, cuda:N, mps or auto (the first of cuda, mps,
+        cpu that torch sees). Also a torch.device; "cuda" is the current CUDA GPU, "mps" an Apple GPU. Checked
+        before anything is built: a device this machine lacks is an error naming those it has. The
+        federation's data is copied to the device once; the global model, the aggregation, the selector's
+        view and the checkpoints stay on the CPU. One seed gives the same bits on every machine of one kind
+        (the CPU's are those of every earlier version); other kinds round differently. The run's settings
+        (``history_.config``) record the kind ``"auto"`` chose. See :ref:`devices`.
 
     Attributes
     ----------
@@ -790,6 +798,7 @@ class FederatedTrainer(BaseEstimator):
         straggler_policy: str = "fail",
         overselect: float = 1.3,
         server_knows_profiles: bool = False,
+        device: str | torch.device = "cpu",
     ) -> None:
         self.selector = selector
         self.model = model
@@ -828,6 +837,7 @@ class FederatedTrainer(BaseEstimator):
         self.straggler_policy = straggler_policy
         self.overselect = overselect
         self.server_knows_profiles = server_knows_profiles
+        self.device = device
 
     # -- validation -----------------------------------------------------------------
     # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
@@ -871,6 +881,7 @@ class FederatedTrainer(BaseEstimator):
         "straggler_policy": [StrOptions(STRAGGLER_POLICIES)],
         "overselect": [Interval(Real, 1, None, closed="left")],
         "server_knows_profiles": ["boolean"],
+        "device": DEVICE_CONSTRAINTS,  # a name or torch.device this machine has (resolve_device)
     }
 
     def _validate(self, fed: Any) -> None:
@@ -1096,7 +1107,8 @@ class FederatedTrainer(BaseEstimator):
         try:
             torch.manual_seed(int(self._seeds[2]))
             self._engine = build_engine(self.model, self.model_params, fed, batch_size=self.batch_size,
-                                        local_steps=self.local_steps, loss=self.loss, owner="FederatedTrainer")
+                                        local_steps=self.local_steps, loss=self.loss, owner="FederatedTrainer",
+                                        device=self.device)
             self._buffers = dict(self._engine.buffers) or None
             selector = self._make_selector()
             selector.fit(fed.client_pool())
@@ -1382,6 +1394,7 @@ class FederatedTrainer(BaseEstimator):
         for key in ("model", "loss"):
             if callable(params.get(key)):
                 params[key] = getattr(params[key], "__qualname__", repr(params[key]))
+        params["device"] = device_setting(self.device)  # "auto" as the kind it chose on this machine
         return {
             "trainer": params,
             "selector": {"name": type(selector).__name__, "params": _plain(selector.get_params(deep=False))},
@@ -1483,16 +1496,18 @@ def _plain(d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_engine(model: Any, model_params: Mapping[str, Any] | None, fed: Any, *, batch_size: int,
-                 local_steps: int | None, loss: Any = "cross-entropy", owner: str) -> Engine:
+                 local_steps: int | None, loss: Any = "cross-entropy", owner: str,
+                 device: str | torch.device = "cpu") -> Engine:
     """The initial model on ``fed``'s data, as :class:`FederatedTrainer` and the Flower clients start.
 
-    :func:`build_initial_model`, then an :class:`Engine` (whose probe runs the model once, so
-    a model or loss that cannot run fails here, prefixed with ``owner``), then
-    :func:`check_single_sample_batches`. The caller seeds torch first.
+    :func:`build_initial_model` (on the CPU, under the caller's seed, so the initial weights do not
+    depend on the device), then an :class:`Engine` on ``device`` (whose probe runs the model once,
+    so a model or loss that cannot run fails here, prefixed with ``owner``; the data is copied to
+    the device here), then :func:`check_single_sample_batches`. The caller seeds torch first.
     """
     module = build_initial_model(model, model_params, fed, owner=owner)
     try:
-        engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test, loss=loss)
+        engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test, loss=loss, device=device)
     except ValueError as exc:
         raise ValueError(f"{owner}: {exc}") from exc
     check_single_sample_batches(engine, fed.n_train_samples, batch_size, local_steps, owner=owner)
