@@ -33,6 +33,12 @@ A client keeps the last global model ``w^t`` it received (in its ``Context.state
 server omits the model from later messages of the same round to a client it already
 sent it to (``config["fedselect-cached-model"] = True``), so ``w^t`` goes down once per
 client per round, as the cost ledger charges it.
+
+When the selector needs ``"sample_losses"`` (Oort), every training message (``train`` and
+``query.fedselect_update``) carries ``config["fedselect-need-sample-loss"] = True`` and its
+reply must carry ``"fedselect-sample-loss-sq"``: the mean, over every sample of every local
+step, of the squared per-sample training loss (:meth:`fedselect.simulation.engine.Engine.train`
+with ``sample_losses=True``). :func:`sample_loss_sq` is its check.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ ROUND = "fedselect-round"  # t, 0-based
 PURPOSE = "fedselect-purpose"  # "main" (the round's w^t) or "trial"
 CACHED = "fedselect-cached-model"  # True: no "arrays"; use the w^t kept from earlier this round
 NEED_LOSS = "fedselect-need-loss"  # train: report l_k(w^t) before training
+NEED_SAMPLE_LOSS = "fedselect-need-sample-loss"  # train, update: report SAMPLE_LOSS_SQ with the update
 MODEL_KIND = "fedselect-model"  # "global" (w^t: keep it) or "trial" (do not keep)
 
 #: reply metric keys
@@ -66,6 +73,7 @@ LOSS_KEY = "loss"
 EVALUATED = "fedselect-samples-evaluated"
 STEPS = "fedselect-local-steps"
 SAMPLE_GRADIENTS = "fedselect-sample-gradients"
+SAMPLE_LOSS_SQ = "fedselect-sample-loss-sq"  # mean squared per-sample training loss (Oort's utility)
 
 STATE_MODEL = "fedselect.model"
 STATE_INFO = "fedselect.model-info"
@@ -118,16 +126,58 @@ def decode_array(array: Any, shape: tuple[int, ...], kinds: str, what: str) -> n
     count = math.prod(shape)
     offset = f.tell()
     if len(data) - offset != count * dtype.itemsize:
-        raise BadReply(f"{what}: {len(data) - offset} data bytes for a {dtype} array of shape {tuple(shape)} "
-                       f"({count * dtype.itemsize} expected)")
+        raise BadReply(
+            f"{what}: {len(data) - offset} data bytes for a {dtype} array of shape {tuple(shape)} "
+            f"({count * dtype.itemsize} expected)"
+        )
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
     return flat.reshape(shape, order="F" if fortran else "C")
 
 
+def _shown(value: Any) -> str:
+    """A short description of a value a client sent, safe to build whatever it is (a 5,000-digit int's repr raises)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a hostile object's repr
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def sample_loss_sq(metrics: Mapping[str, Any], max_abs_loss: float) -> float:
+    """The ``"fedselect-sample-loss-sq"`` of a training reply's metrics, checked; :class:`BadReply` otherwise.
+
+    It must be present (the server asked for it), a real number (not a bool, a list, a
+    string), finite, >= 0 (a mean of squares) and at most ``max_abs_loss ** 2`` (the square of
+    the largest loss the server accepts). An integer is compared exactly before any
+    conversion, so an integer too large for a float is refused, not an OverflowError.
+    """
+    if SAMPLE_LOSS_SQ not in metrics:
+        raise BadReply(
+            f"the reply has no {SAMPLE_LOSS_SQ!r}, which the server asked for (the selector needs 'sample_losses')"
+        )
+    value = metrics[SAMPLE_LOSS_SQ]
+    bound = float(max_abs_loss) * float(max_abs_loss)  # inf rather than OverflowError for a huge max_abs_loss
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BadReply(f"{SAMPLE_LOSS_SQ!r} is {_shown(value)}, not a number")
+    if isinstance(value, (int, np.integer)):
+        if not 0 <= int(value) <= bound:
+            raise BadReply(f"{SAMPLE_LOSS_SQ!r}={_shown(int(value))} is outside [0, max_abs_loss**2={bound:g}]")
+        return float(value)
+    x = float(value)
+    if not math.isfinite(x):
+        raise BadReply(f"{SAMPLE_LOSS_SQ!r}={_shown(value)} is not finite")
+    if not 0.0 <= x <= bound:
+        raise BadReply(f"{SAMPLE_LOSS_SQ!r}={_shown(value)} is outside [0, max_abs_loss**2={bound:g}]")
+    return x
+
+
 def record_nbytes(record: Any) -> int:
     """The bytes an ``ArrayRecord`` carries (its arrays' serialised data), without decoding any."""
-    return sum(len(a.data) if isinstance(a, Array) and isinstance(a.data, bytes | bytearray) else 0
-               for a in record.values())
+    return sum(
+        len(a.data) if isinstance(a, Array) and isinstance(a.data, bytes | bytearray) else 0 for a in record.values()
+    )
 
 
 def content_nbytes(content: Any) -> int:
@@ -177,8 +227,9 @@ class ModelLayout:
         self.buffer_shapes = {k: record[k].numpy().shape for k in self.buffer_keys}
         self.buffer_dtypes = {k: record[k].numpy().dtype for k in self.buffer_keys}
         self._all = set(self.all_keys)
-        self._nbytes = int(sum(a.nbytes for a in arrays)) + int(sum(
-            math.prod(self.buffer_shapes[k]) * self.buffer_dtypes[k].itemsize for k in self.buffer_keys))
+        self._nbytes = int(sum(a.nbytes for a in arrays)) + int(
+            sum(math.prod(self.buffer_shapes[k]) * self.buffer_dtypes[k].itemsize for k in self.buffer_keys)
+        )
 
     @property
     def nbytes(self) -> int:
@@ -214,8 +265,12 @@ class ModelLayout:
             raise BadReply(f"fedselect.flower: the {what} lacks buffer(s) {missing[:3]} of the global model")
         out = {}
         for key in self.buffer_keys:
-            arr = decode_array(record[key], self.buffer_shapes[key], _kinds(self.buffer_dtypes[key]),
-                               f"fedselect.flower: buffer {key!r} of the {what}")
+            arr = decode_array(
+                record[key],
+                self.buffer_shapes[key],
+                _kinds(self.buffer_dtypes[key]),
+                f"fedselect.flower: buffer {key!r} of the {what}",
+            )
             out[key] = arr.astype(self.buffer_dtypes[key])
         return out
 
@@ -233,33 +288,43 @@ class ModelLayout:
         out = {}
         for key in self.buffer_keys:
             dtype = self.buffer_dtypes[key]
-            arr = decode_array(update[key], self.buffer_shapes[key], _kinds(dtype),
-                               f"fedselect.flower: buffer {key!r} of the update")
+            arr = decode_array(
+                update[key], self.buffer_shapes[key], _kinds(dtype), f"fedselect.flower: buffer {key!r} of the update"
+            )
             if np.issubdtype(dtype, np.floating):
                 arr = arr.astype(dtype)
             elif dtype == np.bool_:
                 # A boolean buffer's "difference" is new != old: booleans (or 0/1) only.
-                if arr.dtype != np.bool_ and not (np.issubdtype(arr.dtype, np.number)
-                                                  and np.all((arr == 0) | (arr == 1))):
-                    raise BadReply(f"fedselect.flower: boolean buffer {key!r} got a difference of dtype "
-                                   f"{arr.dtype} that is not boolean (0/1)")
+                if arr.dtype != np.bool_ and not (
+                    np.issubdtype(arr.dtype, np.number) and np.all((arr == 0) | (arr == 1))
+                ):
+                    raise BadReply(
+                        f"fedselect.flower: boolean buffer {key!r} got a difference of dtype "
+                        f"{arr.dtype} that is not boolean (0/1)"
+                    )
                 arr = arr.astype(np.bool_)
             else:
                 # An integer buffer (a count) changes by whole numbers; a fractional or non-finite
                 # difference is a broken client, not something to round away.
                 if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
-                    if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) \
-                            or not np.all(arr == np.round(arr)):
-                        raise BadReply(f"fedselect.flower: integer buffer {key!r} ({dtype}) got a difference "
-                                       f"of dtype {arr.dtype} that is not a whole number")
+                    if (
+                        not np.issubdtype(arr.dtype, np.number)
+                        or not np.all(np.isfinite(arr))
+                        or not np.all(arr == np.round(arr))
+                    ):
+                        raise BadReply(
+                            f"fedselect.flower: integer buffer {key!r} ({dtype}) got a difference "
+                            f"of dtype {arr.dtype} that is not a whole number"
+                        )
                 if arr.size and (np.any(arr > 2**62) or np.any(arr < -(2**62))):  # compared before any cast
                     raise BadReply(f"fedselect.flower: integer buffer {key!r} got a difference beyond 2**62")
                 arr = arr.astype(np.int64)
             out[key] = arr
         return out
 
-    def record(self, flat: np.ndarray, buffers: Mapping[str, np.ndarray] | None = None, *,
-               parameters_only: bool = False) -> ArrayRecord:
+    def record(
+        self, flat: np.ndarray, buffers: Mapping[str, np.ndarray] | None = None, *, parameters_only: bool = False
+    ) -> ArrayRecord:
         """An ``ArrayRecord`` with the model's keys (in order), shapes and dtypes: ``flat`` and ``buffers``.
 
         ``parameters_only``: the parameter arrays alone (what an inner Flower strategy aggregates).

@@ -94,6 +94,11 @@ def make_client_app(
         ``"fedselect-sample-gradients"`` are charged to the round's costs. ``config`` holds
         the server's train config plus ``"fedselect-round"`` (t, from 0) and
         ``"fedselect-purpose"`` (``"main"`` or ``"trial"``: a trial round's training, not applied).
+        When ``config["fedselect-need-sample-loss"]`` is True (the server's selector needs
+        ``"sample_losses"``, as Oort does), the metrics must hold ``"fedselect-sample-loss-sq"``:
+        the mean, over every sample of every local step, of the squared per-sample training
+        loss, each loss taken in that step's forward pass (Oort's statistical utility is
+        ``|B_k| sqrt`` of it); a reply without it fails the client for the round.
     evaluate_fn : callable
         ``evaluate_fn(parameters, config, context) -> (loss, n_evaluated[, metrics])``: the
         client's loss l_k on its evaluation data and how many samples that took.
@@ -171,6 +176,8 @@ def make_client_app(
         for key in (P.STEPS, P.SAMPLE_GRADIENTS):
             if user_metrics and key in user_metrics:
                 metrics[key] = int(user_metrics[key])
+        if user_metrics and P.SAMPLE_LOSS_SQ in user_metrics:  # a NumPy float32 too (not a float subclass)
+            metrics[P.SAMPLE_LOSS_SQ] = float(user_metrics[P.SAMPLE_LOSS_SQ])
         for key, value in dict(user_metrics or {}).items():
             if key not in metrics and isinstance(value, (int, float)) and not isinstance(value, bool):
                 metrics[key] = value

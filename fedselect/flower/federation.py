@@ -11,7 +11,7 @@ import torch
 from flwr.app import Array, ArrayRecord, Context, MetricRecord
 from flwr.clientapp import ClientApp
 
-from ..simulation.engine import Engine, LocalSchedule
+from ..simulation.engine import Engine, LocalSchedule, resolve_device
 from ..simulation.trainer import build_engine
 from . import _protocol as P
 from .client import make_client_app
@@ -41,6 +41,10 @@ class FederationClients:
         name or a builder, called as ``model(input_shape, n_outputs, **model_params)`` under
         ``random_state``, or a ``torch.nn.Module`` used as given (``model_params`` is then
         refused, as by the trainer).
+    device : str or torch.device, default "cpu"
+        Where this process trains and evaluates, as ``FederatedTrainer(device=...)``: checked here,
+        before any message (a device the machine lacks is a ``ValueError`` naming those it has);
+        replies leave as CPU arrays. Each SuperNode resolves ``"auto"`` on its own machine.
     pooled_losses : bool, default True
         Measure l_k as the simulator does when it asks every client at once: one forward pass
         over the whole federation's evaluation data, row k (cached per model within a
@@ -96,14 +100,19 @@ class FederationClients:
         prox_mu: float = 0.0,
         random_state: int = 0,
         pooled_losses: bool = True,
+        device: str | torch.device = "cpu",
     ) -> None:
         if local_steps is not None and local_epochs is not None:
             raise ValueError("FederationClients: set local_steps or local_epochs, not both")
+        self.device = resolve_device(device)
         self._federation = federation
         self.model = model
         self.model_params = dict(model_params or {})
-        self.schedule = LocalSchedule(batch_size, steps=local_steps) if local_steps is not None else \
-            LocalSchedule(batch_size, epochs=local_epochs or 1)
+        self.schedule = (
+            LocalSchedule(batch_size, steps=local_steps)
+            if local_steps is not None
+            else LocalSchedule(batch_size, epochs=local_epochs or 1)
+        )
         self.lr = float(lr)
         self.weight_decay = float(weight_decay)
         self.prox_mu = float(prox_mu)
@@ -129,8 +138,15 @@ class FederationClients:
             # The trainer's start, its checks included: a batch norm that cannot normalise one sample
             # would make every client with a one-sample minibatch fail inside Flower; this says so
             # where the server builds the initial model, before any message is sent.
-            self._engine = build_engine(self.model, self.model_params, fed, batch_size=self.schedule.batch_size,
-                                        local_steps=self.schedule.steps, owner="FederationClients")
+            self._engine = build_engine(
+                self.model,
+                self.model_params,
+                fed,
+                batch_size=self.schedule.batch_size,
+                local_steps=self.schedule.steps,
+                owner="FederationClients",
+                device=self.device,
+            )
         return self._engine
 
     @property
@@ -149,12 +165,15 @@ class FederationClients:
         eng = self.engine
         if not eng.buffers:
             return None
-        values = arrays[len(eng.names):]
+        values = arrays[len(eng.names) :]
         if len(values) != len(eng.buffers):
-            raise ValueError(f"FederationClients: a model of {len(arrays)} arrays; expected {len(eng.names)} "
-                             f"parameters and {len(eng.buffers)} buffers ({', '.join(eng.buffers)})")
-        return {n: torch.as_tensor(np.array(v, dtype=b.numpy().dtype)) for (n, b), v in zip(eng.buffers.items(),
-                                                                                             values)}
+            raise ValueError(
+                f"FederationClients: a model of {len(arrays)} arrays; expected {len(eng.names)} "
+                f"parameters and {len(eng.buffers)} buffers ({', '.join(eng.buffers)})"
+            )
+        return {
+            n: torch.as_tensor(np.array(v, dtype=b.numpy().dtype)) for (n, b), v in zip(eng.buffers.items(), values)
+        }
 
     def _split(self, flat: torch.Tensor) -> list[np.ndarray]:
         return [t.numpy().copy() for t in self.engine.unflatten(flat.detach()).values()]
@@ -184,7 +203,13 @@ class FederationClients:
         return int(self.federation.n_samples[k])
 
     def train(self, parameters: list[np.ndarray], config: dict[str, Any], context: Context):
-        """Train client ``partition-id`` from ``parameters``; returns its update and its cost counts."""
+        """Train client ``partition-id`` from ``parameters``; returns its update and its cost counts.
+
+        When the server asks (``config["fedselect-need-sample-loss"]``), the metrics also hold
+        ``"fedselect-sample-loss-sq"``, computed by :meth:`Engine.train
+        <fedselect.simulation.engine.Engine.train>` with ``sample_losses=True`` during the same
+        training, exactly as the simulator computes it for Oort.
+        """
         k = int(context.node_config["partition-id"])
         t = int(config.get("fedselect-round", int(config.get("server-round", 1)) - 1))
         purpose = str(config.get("fedselect-purpose", "main"))
@@ -193,14 +218,25 @@ class FederationClients:
         tag = {"main": 0, "trial": 1}.get(purpose, 2)
         dropout_seed = int(np.random.SeedSequence([int(self.seeds[0]), t, tag]).generate_state(1)[0])
         buffers = self._buffers(parameters)
-        deltas, client_buffers = eng.train(
-            self._flat(parameters), batches, lr=float(config.get("lr", self.lr)), weight_decay=self.weight_decay,
-            prox_mu=self.prox_mu, dropout_seed=dropout_seed, buffers=buffers, return_buffers=True,
+        sample_losses = bool(config.get(P.NEED_SAMPLE_LOSS, False))
+        out = eng.train(
+            self._flat(parameters),
+            batches,
+            lr=float(config.get("lr", self.lr)),
+            weight_decay=self.weight_decay,
+            prox_mu=self.prox_mu,
+            dropout_seed=dropout_seed,
+            buffers=buffers,
+            return_buffers=True,
+            sample_losses=sample_losses,
         )
-        metrics = {
-            "fedselect-local-steps": len(batches[0]),
-            "fedselect-sample-gradients": int(sum(len(b) for b in batches[0])),
+        deltas, client_buffers = out[0], out[1]
+        metrics: dict[str, Any] = {
+            P.STEPS: len(batches[0]),
+            P.SAMPLE_GRADIENTS: int(sum(len(b) for b in batches[0])),
         }
+        if sample_losses:  # the simulator's own value: the same Engine.train, bit for bit
+            metrics[P.SAMPLE_LOSS_SQ] = float(out[2][0])
         # Buffers report b_k - b^t too (see fedselect.flower._protocol): the subtraction the server's average
         # starts with, done here in the buffer's dtype.
         buffer_deltas = [P.buffer_delta(client_buffers[n][0].numpy(), b.numpy()) for n, b in (buffers or {}).items()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from uuid import uuid4
@@ -92,8 +93,9 @@ class LocalGrid(Grid):
         if node in self.node_ids:
             raise ValueError(f"LocalGrid: node {node} is already connected")
         if node_id is None or node not in self.contexts:
-            self.contexts[node] = Context(run_id=self._run.run_id, node_id=node, node_config=dict(node_config),
-                                          state=RecordDict(), run_config={})
+            self.contexts[node] = Context(
+                run_id=self._run.run_id, node_id=node, node_config=dict(node_config), state=RecordDict(), run_config={}
+            )
         if client_app is not None:
             self.apps[node] = client_app
         self.node_ids.append(node)
@@ -114,8 +116,9 @@ class LocalGrid(Grid):
     def run(self) -> Run:
         return self._run
 
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
-                       ttl: float | None = None) -> Message:
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
@@ -137,6 +140,25 @@ class LocalGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return list(self.pull_messages(self.push_messages(messages)))
+
+    def timed_send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[tuple[Message, float]]:
+        """:meth:`send_and_receive`, with the seconds each node took to answer (its app call), by this process's clock.
+
+        The nodes run one after the other here; each reply's seconds are its own node's, as
+        if the nodes answered in parallel, as a deployment's do. A
+        :class:`~fedselect.flower.SelectorStrategy` uses this method where a grid has it (the
+        grid is the server's own): any other grid is polled (``push_messages`` then
+        ``pull_messages``), and a reply's seconds are when the server first saw it.
+        """
+        out = []
+        for msg in messages:
+            start = time.perf_counter()
+            [message_id] = self.push_messages([msg])
+            seconds = time.perf_counter() - start
+            out.extend((reply, seconds) for reply in self.pull_messages([message_id]))
+        return out
 
     def _deliver(self, msg: Message) -> Message | None:
         node = msg.metadata.dst_node_id

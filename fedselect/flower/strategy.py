@@ -79,10 +79,10 @@ class FlowerRound(RoundRecord):
         counterpart of a simulated round's duration.
     reply_seconds : dict of int to float
         For each client whose training reply was used (a ``train`` message, or an oracle's
-        update question), seconds from sending it the message to its reply: the reply's own
-        timestamp (its ``created_at``, from the client node's clock) minus the message's,
-        bounded to [0, the seconds the server waited for it]; that bound when the timestamp is
-        not a number. A client's claim, within what the server observed.
+        update question), seconds from sending it the message to the server's first sight of
+        its reply, by the server's own clock (never the reply's timestamp, a client's claim):
+        a client can look slower than it was, by answering late, never faster. These are
+        the ``durations`` a selector that needs ``"durations"`` learns (Oort's system speed).
     rejected : dict of int to str
         Clients whose reply was refused this round, with the reason (also logged).
     errors : list of str
@@ -98,10 +98,16 @@ class FlowerRound(RoundRecord):
         """The record as plain JSON-able values: the keys ``records_path`` lines have always had, then
         ``wall_seconds`` and ``reply_seconds`` when measured."""
         out = {
-            "round": self.round, "clients": list(self.clients), "reported": list(self.reported),
-            "failed": list(self.failed), "weights": list(self.weights), "costs": self.costs.to_dict(),
-            "traffic": {k: v.to_dict() for k, v in self.traffic.items()}, "seconds": self.seconds,
-            "rejected": {str(k): v for k, v in self.rejected.items()}, "errors": list(self.errors),
+            "round": self.round,
+            "clients": list(self.clients),
+            "reported": list(self.reported),
+            "failed": list(self.failed),
+            "weights": list(self.weights),
+            "costs": self.costs.to_dict(),
+            "traffic": {k: v.to_dict() for k, v in self.traffic.items()},
+            "seconds": self.seconds,
+            "rejected": {str(k): v for k, v in self.rejected.items()},
+            "errors": list(self.errors),
             "evaluation": dict(self.evaluation),
         }
         optional = self._optional_dict()
@@ -150,24 +156,38 @@ class FlowerOracle(ClientOracle):
 
     Clients without a live node are failed from the start of the round: questions about
     them answer NaN without a message. A reply that cannot be used (no finite ``loss``, no
-    update, non-integer counts) fails its client for the round, like a timeout.
+    update, non-integer counts, no usable sample loss when the selector needs one) fails its
+    client for the round, like a timeout. Each trained client's reply is timed by the server's
+    own clock (:meth:`SelectorStrategy._send_and_receive`): its ``reply_seconds``, the
+    feedback's ``durations``.
     """
 
-    def __init__(self, strategy: SelectorStrategy, grid: Grid, ledger: RoundLedger, theta: np.ndarray,
-                 config: ConfigRecord, buffers: Mapping[str, np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        strategy: SelectorStrategy,
+        grid: Grid,
+        ledger: RoundLedger,
+        theta: np.ndarray,
+        config: ConfigRecord,
+        buffers: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         self._st = strategy
         self._grid = grid
         self._led = ledger
         self._theta = theta
         self._buffers = dict(buffers or {})  # the global buffers b^t, by name (empty: a model without)
         self._buffer_deltas: dict[int, dict[str, np.ndarray]] = {}  # b_k - b^t of each trained client
+        self._sample_sq: dict[int, float] = {}  # each trained client's sample_loss_sq (when the selector needs it)
         self._config = config
         self.n_clients = ledger.n_clients
         self.round = ledger.round
 
     # -- plumbing -------------------------------------------------------------------
     def _content(
-        self, k: int, newly_sent: set[int], extra: dict[str, Any],
+        self,
+        k: int,
+        newly_sent: set[int],
+        extra: dict[str, Any],
         model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
     ) -> RecordDict:
         cfg = ConfigRecord(dict(self._config))
@@ -182,13 +202,19 @@ class FlowerOracle(ClientOracle):
         cfg[P.CACHED] = True
         return RecordDict({"config": cfg})
 
-    def _ask(self, ids: np.ndarray, message_type: str, kind: str, extra: dict[str, Any],
-             model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
-             times: dict[int, float] | None = None) -> tuple[dict[int, RecordDict], int]:
+    def _ask(
+        self,
+        ids: np.ndarray,
+        message_type: str,
+        kind: str,
+        extra: dict[str, Any],
+        model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
+        times: dict[int, float] | None = None,
+    ) -> tuple[dict[int, RecordDict], int]:
         """Send one message per id; return the content of each reply by client id, and the messages sent.
 
-        ``times``, if given, receives each reply's measured seconds by client id
-        (:meth:`SelectorStrategy._reply_times`). Ids that time out or answer with an error are
+        ``times``, if given, receives each reply's seconds by client id, by the server's clock
+        (:meth:`SelectorStrategy._exchange`). Ids that time out or answer with an error are
         marked failed on the ledger. The
         callers pass only clients that have not failed; a client without a live node is
         failed from the start of the round (``RoundLedger(unavailable=...)``), so it gets
@@ -212,23 +238,40 @@ class FlowerOracle(ClientOracle):
 
     def _train(self, ids: np.ndarray, purpose: str) -> dict[int, tuple[np.ndarray, int, int]]:
         times: dict[int, float] = {}
-        got, _ = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", {P.PURPOSE: purpose},
-                           times=times)
+        extra: dict[str, Any] = {P.PURPOSE: purpose}
+        if self._needs_sample_losses:  # a client trained now and chosen later is not trained again
+            extra[P.NEED_SAMPLE_LOSS] = True
+        got, _ = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", extra, times=times)
         out = {}
         for k, content in got.items():
             try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
                 delta, steps, grads, buffer_deltas = self._st._parse_update(content, k)
+                sq = self._parse_sample_loss(content)
             except Exception as exc:
                 _reject(self._led, k, "update", exc, self._st._rejected)
                 continue
             out[k] = (delta, steps, grads)
             self._buffer_deltas[k] = buffer_deltas
+            if sq is not None:
+                self._sample_sq[k] = sq
             if k in times:
                 self._st._reply_seconds[k] = times[k]
         return out
 
-    def _loss_replies(self, ids: np.ndarray, got: dict[int, RecordDict], *,
-                      on_global: bool = True) -> tuple[list[int], list[float], int]:
+    @property
+    def _needs_sample_losses(self) -> bool:
+        return "sample_losses" in self._st.selector_.needs
+
+    def _parse_sample_loss(self, content: RecordDict) -> float | None:
+        """The reply's checked ``sample_loss_sq`` when the selector needs it (:func:`fedselect.flower._protocol.
+        sample_loss_sq`), else None (not asked, not read)."""
+        if not self._needs_sample_losses:
+            return None
+        return P.sample_loss_sq(_reply_metrics(content), float(self._st.max_abs_loss))
+
+    def _loss_replies(
+        self, ids: np.ndarray, got: dict[int, RecordDict], *, on_global: bool = True
+    ) -> tuple[list[int], list[float], int]:
         """The usable loss replies of ``ids`` (in order): ids, values, samples evaluated; the others fail.
 
         The values pass the strategy's loss rule (``loss_clip_quantile``, ``loss_clip_history``;
@@ -249,8 +292,10 @@ class FlowerOracle(ClientOracle):
         if not on_global and len(bad) > len(ok):
             # Most clients could not evaluate the trial model: the model is at fault (built from a hostile
             # update), not they. Nobody is failed; the trial answers NaN.
-            note = (f"round {self.round}: {len(bad)} of {len(bad) + len(ok)} clients could not evaluate the "
-                    f"trial model (e.g. {_why(bad[0][1])}); the trial answers NaN and nobody is failed")
+            note = (
+                f"round {self.round}: {len(bad)} of {len(bad) + len(ok)} clients could not evaluate the "
+                f"trial model (e.g. {_why(bad[0][1])}); the trial answers NaN and nobody is failed"
+            )
             log(ERROR, "fedselect: %s", note)
             self._st._errors.append(note)
             return [], [], evaluated
@@ -286,8 +331,7 @@ class FlowerOracle(ClientOracle):
             alive = alive[keep]
             if not alive.size:
                 return np.full(self.n_clients, np.nan)
-            w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size),
-                                    **self._st._weight_rule())
+            w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st._weight_rule())
             stacked = stacked[keep]
         theta_trial = apply_deltas(self._theta, stacked, w)
         buffers_trial = self.aggregate_buffers(alive, w)
@@ -297,8 +341,7 @@ class FlowerOracle(ClientOracle):
             self._st._errors.append(note)
             return np.full(self.n_clients, np.nan)
         everyone = led.alive(np.arange(self.n_clients))
-        answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"},
-                                    model=(theta_trial, buffers_trial))
+        answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=(theta_trial, buffers_trial))
         ok, values, evaluated = self._loss_replies(everyone, answers, on_global=False)
         after = np.full(self.n_clients, np.nan)
         after[ok] = values
@@ -343,8 +386,11 @@ class FlowerOracle(ClientOracle):
             dim = self._theta.size
         else:
             dim = int(np.asarray(transform(np.zeros(self._theta.size, np.float32))).size)
-        return np.stack([r if r is not None else np.full(dim, np.nan, np.float32) for r in rows]) if rows else \
-            np.zeros((0, dim), np.float32)
+        return (
+            np.stack([r if r is not None else np.full(dim, np.nan, np.float32) for r in rows])
+            if rows
+            else np.zeros((0, dim), np.float32)
+        )
 
     def global_parameters(self) -> np.ndarray:
         return self._theta.copy()
@@ -357,11 +403,16 @@ class FlowerOracle(ClientOracle):
         message (with ``w^t`` unless they received it earlier this round, asking their loss on
         ``w^t`` too when not yet known); clients without a live node fail. What is sent back
         in is the replies (``aggregate_train``'s). Each reply is checked as the oracle's are
-        (layout, counts, finite and bounded loss, size); a chosen client already trained for an
+        (layout, counts, finite and bounded loss, size, and the sample loss when the selector
+        needs it: :func:`fedselect.flower._protocol.sample_loss_sq`); a chosen client already trained for an
         oracle question is asked only its loss, when unknown (the cached model: no model down,
         one scalar up), as the simulator asks every reporter's loss
         (``SimulationOracle.run_selection``). Then the opt-in ``update_norm_bound`` rejects or
-        clips the reporters' updates, before any weight: the reports are what is left.
+        clips the reporters' updates, before any weight: the reports are what is left. Their
+        ``durations`` are the server's measured seconds of each reporter's training reply
+        (:attr:`FlowerRound.reply_seconds`); their ``sample_loss_sq``, when the selector needs
+        ``"sample_losses"``, what each sent with its update (one scalar up per reporter, charged
+        as the simulator charges it), after the opt-in loss rules.
         """
         st, led, t = self._st, self._led, self.round
         server_round = t + 1
@@ -378,6 +429,8 @@ class FlowerOracle(ClientOracle):
             cfg[P.MODEL_KIND] = "global"
             cfg["server-round"] = server_round
             cfg[P.NEED_LOSS] = not led.has_loss(k)
+            if self._needs_sample_losses:
+                cfg[P.NEED_SAMPLE_LOSS] = True
             if cfg[P.NEED_LOSS]:
                 need_loss.add(k)
             if k in newly:
@@ -391,12 +444,16 @@ class FlowerOracle(ClientOracle):
             led.mark_failed(np.asarray(gone, dtype=np.int64))
         st._count("train", messages, down=True)
         sent = time.monotonic()
+        st._train_arrivals = {}
         replies = list((yield TrainMessages(messages)) or [])
-        received = time.time()
+        waited = time.monotonic() - sent
         if messages:
-            st._wall += time.monotonic() - sent
+            st._wall += waited
         st._count("train", replies, down=False)
-        times = st._reply_times(messages, replies, received)
+        # Each reply's seconds as start() measured them; the whole wait (the server's clock, an upper bound)
+        # for replies that came back another way (configure_train and aggregate_train driven by someone else).
+        arrivals, st._train_arrivals = st._train_arrivals, {}
+        times = st._reply_times(messages, [(m, min(arrivals.get(id(m), waited), waited)) for m in replies])
         got = st._valid_replies(replies)
         ok, updates, steps, grads, loss_ids, losses, evaluated = [], [], 0, 0, [], [], 0
         for k in todo.tolist():
@@ -406,9 +463,12 @@ class FlowerOracle(ClientOracle):
             try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
                 delta, s, g, buffer_deltas = st._parse_update(content, k)
                 loss = _parse_loss(content, float(st.max_abs_loss)) if k in need_loss else None
+                sq = self._parse_sample_loss(content)
             except Exception as exc:
                 _reject(led, k, "train", exc, st._rejected)
                 continue
+            if sq is not None:
+                self._sample_sq[k] = sq
             if loss is not None:
                 loss_ids.append(k)
                 losses.append(loss[0])
@@ -435,24 +495,45 @@ class FlowerOracle(ClientOracle):
         keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
         if st.update_norm_bound is not None and keep.any():  # the opt-in bound, before any weight
             held_ids = ids[keep]
-            bounded, _ = st._bound_norms(held_ids, np.stack([np.asarray(led.update(int(k)), dtype=np.float32)
-                                                             for k in held_ids]), led)
+            bounded, _ = st._bound_norms(
+                held_ids, np.stack([np.asarray(led.update(int(k)), dtype=np.float32) for k in held_ids]), led
+            )
             clipped = dict(zip(held_ids.tolist(), bounded))
             keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
         else:
             clipped = {}
         reported = ids[keep]
         led.upload(reported)
+        # What the server measured of each reporter's training reply (its own clock; the round's whole wait
+        # for a reply it has no measurement of), and, when the selector needs them, the sample losses sent
+        # with the updates: one scalar up per reporter, as the simulator charges them.
+        durations = np.array([st._reply_seconds.get(int(k), st._wall) for k in reported], dtype=np.float64)
+        sq = None
+        if self._needs_sample_losses:
+            sq = np.array(
+                st._clip_sample_losses(reported.tolist(), [self._sample_sq[int(k)] for k in reported]), dtype=np.float64
+            )
+            led.record_scalars_up(int(reported.size))
         if not reported.size:
-            return Reports(reported, np.zeros((0, self._theta.size), np.float32), led.loss(reported),
-                           np.zeros(0, dtype=np.int64))
-        stacked = np.stack([clipped[int(k)] if int(k) in clipped else np.asarray(led.update(int(k)), dtype=np.float32)
-                            for k in reported])
+            return Reports(
+                reported,
+                np.zeros((0, self._theta.size), np.float32),
+                led.loss(reported),
+                np.zeros(0, dtype=np.int64),
+                durations,
+                sq,
+            )
+        stacked = np.stack(
+            [
+                clipped[int(k)] if int(k) in clipped else np.asarray(led.update(int(k)), dtype=np.float32)
+                for k in reported
+            ]
+        )
         if st.update_norm_bound is not None:  # the reference of later rounds' bounds
             st._norm_history.extend(np.linalg.norm(stacked.astype(np.float64), axis=1).tolist())
             del st._norm_history[:-50]
         n_k = np.array([st._n_samples[int(k)] for k in reported], dtype=np.int64)
-        return Reports(reported, stacked, led.loss(reported), n_k)
+        return Reports(reported, stacked, led.loss(reported), n_k, durations, sq)
 
     def aggregate_buffers(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
         """The global buffers after averaging trained clients ``ids`` with ``weights``
@@ -486,6 +567,10 @@ _BadReply = P.BadReply
 #: the exchanges a round waits on (its wall_seconds): oracle questions; training is timed by the transport
 _ROUND_KINDS = frozenset({"loss", "update", "trial"})
 
+#: pauses between pulls of a polled grid (:meth:`SelectorStrategy._send_and_receive`): this fraction of the
+#: time elapsed, within [_POLL_MIN, _POLL_MAX] seconds
+_POLL_FRACTION, _POLL_MIN, _POLL_MAX = 0.05, 0.01, 1.0
+
 #: counts a client reports (steps, sample gradients, samples evaluated) above this are not counts
 _MAX_COUNT = 2**53
 #: an update whose squared norm does not fit in float32 (a norm above ~1.8e19) cannot be aggregated
@@ -501,8 +586,9 @@ def _reply_metrics(content: RecordDict) -> Any:
     return metrics
 
 
-def _metric_int(metrics: Any, key: str, *, default: int | None = None, minimum: int = 0,
-                maximum: int = _MAX_COUNT) -> int:
+def _metric_int(
+    metrics: Any, key: str, *, default: int | None = None, minimum: int = 0, maximum: int = _MAX_COUNT
+) -> int:
     """``metrics[key]`` as an int in [minimum, maximum] (``default`` when absent; _BadReply when absent
     without one, or not a whole number in range)."""
     if key not in metrics:
@@ -510,8 +596,13 @@ def _metric_int(metrics: Any, key: str, *, default: int | None = None, minimum: 
             raise _BadReply(f"the reply has no {key!r}")
         return default
     value = metrics[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or \
-            not np.isfinite(value) or not minimum <= value <= maximum or float(value) != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not np.isfinite(value)
+        or not minimum <= value <= maximum
+        or float(value) != int(value)
+    ):
         raise _BadReply(f"{key!r}={value!r} is not an integer in [{minimum}, {maximum}]")
     return int(value)
 
@@ -542,12 +633,17 @@ def _why(exc: BaseException) -> str:
     return _text(str(exc) if isinstance(exc, _BadReply) else f"{type(exc).__name__}: {exc}")
 
 
-def _reject(ledger: RoundLedger, k: int, what: str, exc: BaseException,
-            record: dict[int, str] | None = None) -> None:
+def _reject(ledger: RoundLedger, k: int, what: str, exc: BaseException, record: dict[int, str] | None = None) -> None:
     """Log an unusable reply (naming the client and the reason) and mark its client failed for the round."""
     reason = _why(exc)
-    log(WARNING, "fedselect: round %d: client %d sent an unusable %s reply (%s); left out of the round",
-        ledger.round, k, what, reason)
+    log(
+        WARNING,
+        "fedselect: round %d: client %d sent an unusable %s reply (%s); left out of the round",
+        ledger.round,
+        k,
+        what,
+        reason,
+    )
     if record is not None:
         record.setdefault(int(k), f"{what}: {reason}")
     ledger.mark_failed(np.array([k], dtype=np.int64))
@@ -581,7 +677,11 @@ class SelectorStrategy(Strategy):
        does (:func:`fedselect.simulation.engine.aggregate_buffers`; the trial model of
        ``oracle.trial`` too);
     5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
-       reported; evaluation is ``inner``'s.
+       reported, with ``durations`` (each reporter's training reply as the server measured
+       it, :attr:`FlowerRound.reply_seconds`) when it needs ``"durations"``, and
+       ``sample_loss_sq`` (sent with each update, asked for in the training messages' config
+       only then, one scalar up per reporter) when it needs ``"sample_losses"``, as Oort does;
+       evaluation is ``inner``'s.
 
     Steps 2-5 are :func:`fedselect.round.play_round`, the simulator's round, played against a
     :class:`FlowerOracle`: ``configure_train`` runs it until it asks to train the chosen
@@ -594,7 +694,8 @@ class SelectorStrategy(Strategy):
     reply is checked before use: arrays against the model's layout (names, then each npy
     header's shape and dtype, floating point for parameter updates, and the byte count)
     before a byte is decoded, counts as whole numbers in range, losses finite and at most
-    ``max_abs_loss`` in magnitude, an update's squared norm finite in float32, the whole reply below
+    ``max_abs_loss`` in magnitude, a sample loss finite in [0, ``max_abs_loss**2``] (when asked for),
+    an update's squared norm finite in float32, the whole reply below
     ``max_reply_bytes``. A client that does not answer in time, answers with an error, sends
     a reply that fails a check or that raises anything while it is handled (overflow,
     memory), or whose node is gone is left out of the round (NaN to the oracle, absent from
@@ -676,18 +777,19 @@ class SelectorStrategy(Strategy):
     update_norm_action : {"reject", "clip"}, default "reject"
     loss_clip_quantile : float in (0, 1], optional
         Opt-in rule for loss-based selectors: each batch of loss answers (an oracle
-        question, the trial model's losses, the train replies' losses) is clipped from above
-        to its ``q``-quantile, so one fabricated loss counts no more than the ``q``-quantile
-        client of the same batch.
+        question, the trial model's losses, the train replies' losses, the round's reporters'
+        sample losses) is clipped from above to its ``q``-quantile, so one fabricated loss
+        counts no more than the ``q``-quantile client of the same batch.
     loss_clip_history : float, optional
         Opt-in rule: a client's loss on ``w^t`` is clipped into [m / f, f m], with f this
         factor and m the median of its own earlier answers on global models that needed no
         clipping (the last 20); a clipped answer does not enter that history, so a lie cannot
-        move its own bounds.
+        move its own bounds. A sample loss (a mean of squares) is held likewise to
+        [m / f**2, f**2 m] around its own history.
     max_abs_loss : float, default 1e6
         A loss answer with a larger magnitude is refused (its client fails the round): no
         training loss is that large, and a selector squaring or differencing it would
-        overflow or be captured by it.
+        overflow or be captured by it. A sample loss above its square is refused too.
 
     Raises
     ------
@@ -724,8 +826,13 @@ class SelectorStrategy(Strategy):
         "connect_timeout": [Interval(Real, 0, None, closed="neither")],
         "random_state": [None, Interval(Integral, 0, 2**32 - 1, closed="both")],
         "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
-        "buffers": [Predicate(_is_names, "a sequence of distinct array names (str), e.g. ('bn.running_mean',)",
-                              examples=["bn.running_mean", [3], ("a", "a"), None])],
+        "buffers": [
+            Predicate(
+                _is_names,
+                "a sequence of distinct array names (str), e.g. ('bn.running_mean',)",
+                examples=["bn.running_mean", [3], ("a", "a"), None],
+            )
+        ],
         "max_num_examples": [Interval(Integral, 1, None, closed="left")],
         "max_reply_bytes": [None, StrOptions(["auto"]), Interval(Integral, 1, None, closed="left")],
         "update_norm_bound": [None, Interval(Real, 1, None, closed="left")],
@@ -791,6 +898,8 @@ class SelectorStrategy(Strategy):
         self._errors: list[str] = []  # this round's contained selector errors
         self._wall = 0.0  # this round's measured seconds waiting on clients (wall_seconds)
         self._reply_seconds: dict[int, float] = {}  # this round's training replies' measured seconds
+        self._train_arrivals: dict[int, float] = {}  # id(reply) -> seconds, from start()'s training exchange
+        self._sq_history: dict[int, list[float]] = {}  # each client's earlier sample_loss_sq (loss_clip_history)
         self.rounds_: list[FlowerRound] = []
         self._pending: dict[str, Any] | None = None
         self._traffic: dict[str, Traffic] = {}
@@ -803,8 +912,9 @@ class SelectorStrategy(Strategy):
             log(INFO, "\t├──> buffers (averaged): %s", ", ".join(self.buffers))
         log(INFO, "\t└──> timeouts: query %.1fs, train %.1fs", self.query_timeout, self.train_timeout)
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """Start round ``server_round - 1``: :func:`fedselect.round.play_round` against a :class:`FlowerOracle`,
         run until it asks to train the chosen clients; return those train messages."""
         start = time.perf_counter()
@@ -832,14 +942,22 @@ class SelectorStrategy(Strategy):
                 raise RuntimeError(f"SelectorStrategy: no client is connected in round {t}")
             warnings.warn(
                 f"SelectorStrategy: round {t} has {len(live)} live client(s) for clients_per_round={n}; "
-                f"choosing {len(live)}", FlowerRoundWarning, stacklevel=2,
+                f"choosing {len(live)}",
+                FlowerRoundWarning,
+                stacklevel=2,
             )
             n = len(live)
         n = min(n, N)
         oracle = FlowerOracle(self, grid, led, theta, config, buffers)
         state: dict[str, Any] = {"t": t, "ledger": led, "start": start, "dropped": False}
         steps = play_round(
-            oracle, oracle, self.selector_, n, theta, round=t, n_clients=N,
+            oracle,
+            oracle,
+            self.selector_,
+            n,
+            theta,
+            round=t,
+            n_clients=N,
             after_aggregate=functools.partial(self._after_aggregate, state),
             contain=functools.partial(self._contain, state),
             apply=functools.partial(self._apply, int(server_round)),
@@ -857,8 +975,9 @@ class SelectorStrategy(Strategy):
         self._pending = state
         return request.messages
 
-    def aggregate_train(self, server_round: int,
-                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Finish the round with the train replies: the rest of :func:`fedselect.round.play_round` (checks,
         weights, aggregation, the selector's update); the new model and the round's metrics."""
         st = self._pending
@@ -869,8 +988,7 @@ class SelectorStrategy(Strategy):
         t, led = st["t"], st["ledger"]
         if st.get("skipped"):
             self._count("train", replies, down=False)
-            self._finish(FlowerRound(round=t, clients=[], failed=sorted(int(k) for k in led.failed)), led,
-                         st["start"])
+            self._finish(FlowerRound(round=t, clients=[], failed=sorted(int(k) for k in led.failed)), led, st["start"])
             return None, None
         try:
             st["steps"].send(replies)
@@ -879,18 +997,24 @@ class SelectorStrategy(Strategy):
         else:  # pragma: no cover - the transport yields once
             raise RuntimeError("SelectorStrategy: the round asked for a second exchange after training")
         fb = agg.feedback
-        record = FlowerRound(round=t, clients=agg.selection.clients.tolist(), reported=fb.clients.tolist(),
-                             failed=sorted(int(k) for k in led.failed))
+        record = FlowerRound(
+            round=t,
+            clients=agg.selection.clients.tolist(),
+            reported=fb.clients.tolist(),
+            failed=sorted(int(k) for k in led.failed),
+        )
         if st["dropped"]:
             self._finish(record, led, st["start"])
             return None, None
         record.weights = [float(w) for w in fb.weights]
         self._finish(record, led, st["start"])
-        metrics = MetricRecord({
-            "fedselect-reported": int(fb.clients.size),
-            "fedselect-failed": len(record.failed),
-            "fedselect-train-loss-before": float(np.average(fb.losses, weights=fb.n_samples)),
-        })
+        metrics = MetricRecord(
+            {
+                "fedselect-reported": int(fb.clients.size),
+                "fedselect-failed": len(record.failed),
+                "fedselect-train-loss-before": float(np.average(fb.losses, weights=fb.n_samples)),
+            }
+        )
         return self._layout.record(agg.theta, agg.buffers), metrics
 
     # -- the round's hooks (fedselect.round.play_round) ------------------------------------
@@ -898,11 +1022,15 @@ class SelectorStrategy(Strategy):
         """The keywords of :func:`fedselect.aggregation.aggregation_weights` for this server: its rule
         (FedAvg's, ``"data-size"``, when ``aggregation`` is None: the buffers and the record use it while
         ``inner`` combines the parameters), n_k from the hellos, ``partial_weights``."""
-        return {"rule": self.aggregation or "data-size", "n_samples": self._n_samples_array(),
-                "partial_weights": self.partial_weights}
+        return {
+            "rule": self.aggregation or "data-size",
+            "n_samples": self._n_samples_array(),
+            "partial_weights": self.partial_weights,
+        }
 
-    def _apply(self, server_round: int, theta: np.ndarray, selection: Selection, reports: Reports,
-               weights: np.ndarray) -> np.ndarray | None:
+    def _apply(
+        self, server_round: int, theta: np.ndarray, selection: Selection, reports: Reports, weights: np.ndarray
+    ) -> np.ndarray | None:
         """w^{t+1}: the reporters' weighted deltas (:func:`fedselect.aggregation.apply_deltas`), or, for a
         selection without weights and ``aggregation=None``, ``inner``'s ``aggregate_train`` on the local
         models ``w^t + delta`` with num-examples n_k times the selection count (None if it returns nothing)."""
@@ -912,10 +1040,12 @@ class SelectorStrategy(Strategy):
         counts = selection.counts[keep] if selection.counts is not None else np.ones(reports.clients.size)
         fake = []
         for k, d, c in zip(reports.clients.tolist(), reports.updates, counts):
-            content = RecordDict({  # the parameters only: buffers are averaged by the round, not by inner
-                "arrays": self._layout.record(theta + d, parameters_only=True),
-                "metrics": MetricRecord({P.NUM_EXAMPLES: int(self._n_samples[k] * c)}),
-            })
+            content = RecordDict(
+                {  # the parameters only: buffers are averaged by the round, not by inner
+                    "arrays": self._layout.record(theta + d, parameters_only=True),
+                    "metrics": MetricRecord({P.NUM_EXAMPLES: int(self._n_samples[k] * c)}),
+                }
+            )
             fake.append(Message(content, self._node_of.get(k, 0), P.TRAIN, group_id=str(server_round)))
         agg, _ = self._inner.aggregate_train(server_round, fake)
         return None if agg is None else self._layout.flatten(agg, "aggregated model")
@@ -925,14 +1055,21 @@ class SelectorStrategy(Strategy):
         reported, ``inner`` produced a model, and the aggregate is finite."""
         t, reported = state["t"], agg.feedback.clients
         if not reported.size:
-            warnings.warn(f"SelectorStrategy: no chosen client reported in round {t}; the model is unchanged",
-                          FlowerRoundWarning, stacklevel=2)
-        elif agg.theta is not None and not (np.all(np.isfinite(agg.theta)) and all(
-                np.all(np.isfinite(b)) for b in agg.buffers.values() if np.issubdtype(b.dtype, np.floating))):
+            warnings.warn(
+                f"SelectorStrategy: no chosen client reported in round {t}; the model is unchanged",
+                FlowerRoundWarning,
+                stacklevel=2,
+            )
+        elif agg.theta is not None and not (
+            np.all(np.isfinite(agg.theta))
+            and all(np.all(np.isfinite(b)) for b in agg.buffers.values() if np.issubdtype(b.dtype, np.floating))
+        ):
             # Each update was finite and its squared norm fit in float32, so the sum overflowed: clients'
             # doing, not the server's. The round is dropped; update_norm_bound is what prevents it.
-            note = (f"round {t}: the aggregate of clients {reported.tolist()[:20]} is not finite; the round is "
-                    "dropped (model unchanged; update_norm_bound bounds update magnitudes)")
+            note = (
+                f"round {t}: the aggregate of clients {reported.tolist()[:20]} is not finite; the round is "
+                "dropped (model unchanged; update_norm_bound bounds update magnitudes)"
+            )
             log(ERROR, "fedselect: %s", note)
             self._errors.append(note)
         elif agg.theta is not None:
@@ -950,18 +1087,23 @@ class SelectorStrategy(Strategy):
             answered = state["ledger"].answered().tolist()
             if not answered:
                 return False
-            note = (f"round {t}: {name}.select raised {_why(exc)} after clients {answered[:20]} "
-                    "answered its questions; the round is skipped (model unchanged)")
+            note = (
+                f"round {t}: {name}.select raised {_why(exc)} after clients {answered[:20]} "
+                "answered its questions; the round is skipped (model unchanged)"
+            )
         else:
             reported = agg.feedback.clients if agg is not None else np.zeros(0, dtype=np.int64)
-            note = (f"round {t}: {name}.update raised {_why(exc)} on the feedback of "
-                    f"clients {reported.tolist()[:20]}; the selector did not learn from this round")
+            note = (
+                f"round {t}: {name}.update raised {_why(exc)} on the feedback of "
+                f"clients {reported.tolist()[:20]}; the selector did not learn from this round"
+            )
         log(ERROR, "fedselect: %s", note)
         self._errors.append(note)
         return True
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         return self._inner.configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
@@ -1004,8 +1146,9 @@ class SelectorStrategy(Strategy):
         for server_round in range(1, int(num_rounds) + 1):
             log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
             messages = list(self.configure_train(server_round, arrays, train_config, grid))
-            replies = grid.send_and_receive(messages, timeout=self.train_timeout) if messages else []
-            new_arrays, metrics = self.aggregate_train(server_round, replies)
+            timed = self._send_and_receive(grid, messages, float(self.train_timeout)) if messages else []
+            self._train_arrivals = {id(m): s for m, s in timed}  # read by the round's transport (train_chosen)
+            new_arrays, metrics = self.aggregate_train(server_round, [m for m, _ in timed])
             if new_arrays is not None:
                 arrays = result.arrays = new_arrays
             if metrics is not None:
@@ -1030,8 +1173,11 @@ class SelectorStrategy(Strategy):
                     result.evaluate_metrics_serverapp[server_round] = res
                     if self.rounds_:
                         rec = self.rounds_[-1]
-                        rec.evaluation = {k: float(v) for k, v in res.items()
-                                          if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                        rec.evaluation = {
+                            k: float(v)
+                            for k, v in res.items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)
+                        }
                         rec.test_accuracy, rec.test_loss = _test_metrics(rec.evaluation)
             if self.rounds_ and self.rounds_[-1].round == server_round - 1:
                 self._log_round(self.rounds_[-1])
@@ -1047,9 +1193,17 @@ class SelectorStrategy(Strategy):
     @staticmethod
     def _log_round(rec: FlowerRound) -> None:
         evaluation = ", ".join(f"{k} {v:.4f}" for k, v in rec.evaluation.items())
-        log(INFO, "fedselect round %d: chose %s, reported %s, failed %s%s%s (%.2f s)", rec.round, rec.clients,
-            rec.reported, rec.failed, f", {evaluation}" if evaluation else "",
-            f", rejected {rec.rejected}" if rec.rejected else "", rec.seconds)
+        log(
+            INFO,
+            "fedselect round %d: chose %s, reported %s, failed %s%s%s (%.2f s)",
+            rec.round,
+            rec.clients,
+            rec.reported,
+            rec.failed,
+            f", {evaluation}" if evaluation else "",
+            f", rejected {rec.rejected}" if rec.rejected else "",
+            rec.seconds,
+        )
         for note in rec.errors:
             log(ERROR, "fedselect round %d: %s", rec.round, note)
 
@@ -1065,9 +1219,14 @@ class SelectorStrategy(Strategy):
             if all(k in self._n_samples for k in range(N)):
                 break
             if time.monotonic() >= next_note:  # a wait of minutes must not look like a hang
-                log(INFO, "fedselect: waiting for the clients to connect: %d of %d so far (%.0f s of "
-                    "connect_timeout=%.0f s)", len(self._n_samples), N, time.monotonic() - started,
-                    float(self.connect_timeout))
+                log(
+                    INFO,
+                    "fedselect: waiting for the clients to connect: %d of %d so far (%.0f s of connect_timeout=%.0f s)",
+                    len(self._n_samples),
+                    N,
+                    time.monotonic() - started,
+                    float(self.connect_timeout),
+                )
                 next_note += 10.0
             if time.monotonic() > deadline:
                 break
@@ -1083,9 +1242,16 @@ class SelectorStrategy(Strategy):
             # The selector needs N sizes; a client that never said a usable hello gets the smallest n_k
             # reported (the least weight), and is unavailable until its node connects.
             fill = min(self._n_samples.values())
-            log(WARNING, "fedselect: after connect_timeout=%.0f s, client(s) %s of N=%d have not sent a usable "
+            log(
+                WARNING,
+                "fedselect: after connect_timeout=%.0f s, client(s) %s of N=%d have not sent a usable "
                 "hello; they join the pool with n_k=%d (the smallest reported) and stay unavailable until "
-                "they connect", float(self.connect_timeout), lost[:20], N, fill)
+                "they connect",
+                float(self.connect_timeout),
+                lost[:20],
+                N,
+                fill,
+            )
             for k in lost:
                 self._n_samples[k] = fill
         self.n_clients_ = N
@@ -1123,8 +1289,13 @@ class SelectorStrategy(Strategy):
             if self._node_of.get(k) == node:
                 del self._node_of[k]
                 freed.add(k)
-            log(WARNING, "fedselect: client %d's node %d has left; client %d is unavailable until it rejoins",
-                k, node, k)
+            log(
+                WARNING,
+                "fedselect: client %d's node %d has left; client %d is unavailable until it rejoins",
+                k,
+                node,
+                k,
+            )
         for node, (claimed, _) in list(self._refused.items()):
             # a node that left is forgotten; one refused for claiming a freed id may claim it now
             if node not in nodes or claimed in freed:
@@ -1151,24 +1322,37 @@ class SelectorStrategy(Strategy):
                 n_k = _metric_int(m, P.NUM_EXAMPLES, minimum=1, maximum=int(self.max_num_examples))
             except Exception as exc:  # not mapped to a client; not asked again while it stays connected
                 reason = _why(exc)
-                log(WARNING, "fedselect: node %s sent an unusable hello (%s); ignored while it stays connected",
+                log(
+                    WARNING,
+                    "fedselect: node %s sent an unusable hello (%s); ignored while it stays connected",
                     node if node is not None else _text(getattr(getattr(msg, "metadata", None), "src_node_id", "?")),
-                    reason)
+                    reason,
+                )
                 if node is not None and node in new:
                     self._refused[node] = (None, f"unusable hello: {reason}")
                 continue
             holder = self._node_of.get(k)
             if holder is not None and holder != node:
                 why = f"claims client id {k}, which node {holder} holds"
-                log(WARNING, "fedselect: node %d %s; refused (not asked again while node %d is connected)",
-                    node, why, holder)
+                log(
+                    WARNING,
+                    "fedselect: node %d %s; refused (not asked again while node %d is connected)",
+                    node,
+                    why,
+                    holder,
+                )
                 self._refused[node] = (k, why)
                 continue
             if k in self._n_samples and hasattr(self, "selector_"):
                 log(INFO, "fedselect: client %d rejoined on node %d", k, node)
                 if self._n_samples[k] != n_k:
-                    log(WARNING, "fedselect: client %d now reports n_k=%d; kept %d (from its first hello)",
-                        k, n_k, self._n_samples[k])
+                    log(
+                        WARNING,
+                        "fedselect: client %d now reports n_k=%d; kept %d (from its first hello)",
+                        k,
+                        n_k,
+                        self._n_samples[k],
+                    )
             self._node_of[k] = node
             self._client_of[node] = k
             self._n_samples.setdefault(k, n_k)
@@ -1185,56 +1369,84 @@ class SelectorStrategy(Strategy):
         layout = getattr(self, "_layout", None)
         sel = getattr(self, "selector_", None)
         config = {
-            "strategy": {"clients_per_round": int(self.clients_per_round), "n_clients": int(self.n_clients),
-                         "aggregation": self.aggregation, "partial_weights": self.partial_weights,
-                         "random_state": self.random_state},
+            "strategy": {
+                "clients_per_round": int(self.clients_per_round),
+                "n_clients": int(self.n_clients),
+                "aggregation": self.aggregation,
+                "partial_weights": self.partial_weights,
+                "random_state": self.random_state,
+            },
             "selector": {"name": type(sel).__name__ if sel is not None else str(self.selector)},
             "n_clients": int(self.n_clients),
         }
-        return History(rounds=[r.as_round_record() for r in self.rounds_],
-                       model_size=layout.size if layout is not None else 0, config=config)
+        return History(
+            rounds=[r.as_round_record() for r in self.rounds_],
+            model_size=layout.size if layout is not None else 0,
+            config=config,
+        )
 
     # -- helpers ----------------------------------------------------------------------
-    def _exchange(self, grid: Grid, messages: list[Message], timeout: float, kind: str,
-                  times: dict[int, float] | None = None) -> list[Message]:
+    def _exchange(
+        self, grid: Grid, messages: list[Message], timeout: float, kind: str, times: dict[int, float] | None = None
+    ) -> list[Message]:
         """Send ``messages`` and wait for the replies (counted as ``kind``'s traffic). The exchange's
         seconds count toward the round's ``wall_seconds`` for the round's own kinds (oracle questions);
-        ``times``, if given, receives each reply's seconds by client (:meth:`_reply_times`)."""
+        ``times``, if given, receives each reply's seconds by client (:meth:`_send_and_receive`)."""
         if not messages:
             return []
         self._count(kind, messages, down=True)
         sent = time.monotonic()
-        replies = list(grid.send_and_receive(messages, timeout=float(timeout)))
-        received = time.time()
+        timed = self._send_and_receive(grid, messages, float(timeout))
         if kind in _ROUND_KINDS:
             self._wall += time.monotonic() - sent
+        replies = [m for m, _ in timed]
         self._count(kind, replies, down=False)
         if times is not None:
-            times.update(self._reply_times(messages, replies, received))
+            times.update(self._reply_times(messages, timed))
         return replies
 
-    def _reply_times(self, messages: Sequence[Message], replies: Iterable[Message],
-                     received: float) -> dict[int, float]:
-        """Seconds from sending each message to its reply, by client id (mapped nodes, no error replies).
+    @staticmethod
+    def _send_and_receive(grid: Grid, messages: list[Message], timeout: float) -> list[tuple[Message, float]]:
+        """Send ``messages``; each reply received within ``timeout`` seconds, with the seconds from sending to
+        the server's first sight of it, by the server's own clock.
 
-        The reply's ``created_at`` (the client node's clock, its claim) minus the message's,
-        bounded to [0, ``received`` minus the message's] (``received``: the server's clock when
-        the replies arrived); that bound when the reply's timestamp is not a finite number.
+        A grid with a ``timed_send_and_receive`` method (:class:`~fedselect.flower.LocalGrid`, the
+        server's own) times the replies itself. Any other grid is polled: ``push_messages``, then
+        ``pull_messages`` right away and after pauses of 5 % of the time elapsed (at least 10 ms,
+        at most 1 s), so a reply's seconds are late by at most that pause; Flower's own
+        ``send_and_receive`` pauses 3 s between pulls on a deployment. The replies' timestamps,
+        which their nodes set, are never read.
         """
-        sent: dict[int, float] = {}
-        for m in messages:
-            sent[int(m.metadata.dst_node_id)] = float(m.metadata.created_at)
+        timed = getattr(grid, "timed_send_and_receive", None)
+        if callable(timed):
+            return [(m, float(s)) for m, s in timed(messages, timeout=timeout)]
+        start = time.monotonic()
+        pending = set(grid.push_messages(messages))
+        deadline = start + timeout
+        out: list[tuple[Message, float]] = []
+        while pending:
+            replies = list(grid.pull_messages(list(pending)))
+            now = time.monotonic()
+            for msg in replies:
+                out.append((msg, now - start))
+                pending.discard(msg.metadata.reply_to_message_id)
+            if not pending or now >= deadline:
+                break
+            time.sleep(max(0.0, min(max(_POLL_MIN, _POLL_FRACTION * (now - start)), _POLL_MAX, deadline - now)))
+        return out
+
+    def _reply_times(self, messages: Sequence[Message], timed: Iterable[tuple[Message, float]]) -> dict[int, float]:
+        """Each reply's seconds (as :meth:`_send_and_receive` measured them) by client id: replies of mapped
+        nodes that were sent a message, not errors. A node with two replies gets the later one's seconds."""
+        asked = {int(m.metadata.dst_node_id) for m in messages}
         out: dict[int, float] = {}
-        for msg in replies:
+        for msg, seconds in timed:
             try:  # a reply's metadata is the client's: anything odd in it only loses this measurement
                 node = int(msg.metadata.src_node_id)
                 k = self._client_of.get(node)
-                if k is None or node not in sent or msg.has_error():
+                if k is None or node not in asked or msg.has_error():
                     continue
-                bound = max(received - sent[node], 0.0)
-                made = msg.metadata.created_at
-                ok = isinstance(made, (int, float)) and not isinstance(made, bool) and np.isfinite(made)
-                out[k] = min(max(float(made) - sent[node], 0.0), bound) if ok else bound
+                out[k] = max(out.get(k, 0.0), float(seconds))
             except Exception:
                 continue
         return out
@@ -1279,8 +1491,13 @@ class SelectorStrategy(Strategy):
         keys = max({ks for _, ks in good}, key=lambda ks: (sum(g == ks for _, g in good), sorted(ks)))
         for msg, ks in good:
             if ks != keys:
-                log(WARNING, "fedselect: client %d's evaluate reply has metrics %s, the others %s; left out",
-                    self._client_of[int(msg.metadata.src_node_id)], sorted(ks)[:10], sorted(keys)[:10])
+                log(
+                    WARNING,
+                    "fedselect: client %d's evaluate reply has metrics %s, the others %s; left out",
+                    self._client_of[int(msg.metadata.src_node_id)],
+                    sorted(ks)[:10],
+                    sorted(keys)[:10],
+                )
         return [msg for msg, ks in good if ks == keys]
 
     def _reply_limit(self) -> int | None:
@@ -1312,8 +1529,10 @@ class SelectorStrategy(Strategy):
                         raise _BadReply(f"about {size} bytes, above max_reply_bytes={limit}")
                 metrics = content.metric_records.get("metrics")
                 if metrics is not None and P.CLIENT_ID in metrics and metrics[P.CLIENT_ID] != k:
-                    raise _BadReply(f"the reply names client {metrics[P.CLIENT_ID]!r}, but node "
-                                    f"{msg.metadata.src_node_id} holds client {k}")
+                    raise _BadReply(
+                        f"the reply names client {metrics[P.CLIENT_ID]!r}, but node "
+                        f"{msg.metadata.src_node_id} holds client {k}"
+                    )
             except Exception as exc:
                 if k is not None:
                     reason = _why(exc)
@@ -1323,8 +1542,9 @@ class SelectorStrategy(Strategy):
             out[k] = content
         return out
 
-    def _parse_update(self, content: RecordDict,
-                      k: int | None = None) -> tuple[np.ndarray, int, int, dict[str, np.ndarray]]:
+    def _parse_update(
+        self, content: RecordDict, k: int | None = None
+    ) -> tuple[np.ndarray, int, int, dict[str, np.ndarray]]:
         """(delta, local steps, sample gradients, buffer differences) of an update reply; BadReply if unusable.
 
         The arrays' names are checked before any is decoded, each array's header before its
@@ -1355,8 +1575,7 @@ class SelectorStrategy(Strategy):
         steps = _metric_int(m, P.STEPS, default=0)
         return delta, steps, _metric_int(m, P.SAMPLE_GRADIENTS, default=0), buffer_deltas
 
-    def _bound_norms(self, ids: np.ndarray, stacked: np.ndarray,
-                     led: RoundLedger) -> tuple[np.ndarray, np.ndarray]:
+    def _bound_norms(self, ids: np.ndarray, stacked: np.ndarray, led: RoundLedger) -> tuple[np.ndarray, np.ndarray]:
         """``update_norm_bound`` applied to the updates ``stacked`` of clients ``ids`` aggregated together.
 
         The median is over these updates' norms and the accepted norms of the last rounds (at
@@ -1381,12 +1600,20 @@ class SelectorStrategy(Strategy):
             stacked = stacked.copy()
             for i in over.tolist():
                 stacked[i] = (stacked[i].astype(np.float64) * (bound / norms[i])).astype(np.float32)
-                log(WARNING, "fedselect: round %d: client %d's update norm %.3g clipped to %.3g (%g x the median)",
-                    led.round, int(ids[i]), norms[i], bound, float(self.update_norm_bound))
+                log(
+                    WARNING,
+                    "fedselect: round %d: client %d's update norm %.3g clipped to %.3g (%g x the median)",
+                    led.round,
+                    int(ids[i]),
+                    norms[i],
+                    bound,
+                    float(self.update_norm_bound),
+                )
             return stacked, keep
         for i in over.tolist():
-            exc = _BadReply(f"update norm {norms[i]:.3g} above {float(self.update_norm_bound):g} x the median "
-                            f"{median:.3g}")
+            exc = _BadReply(
+                f"update norm {norms[i]:.3g} above {float(self.update_norm_bound):g} x the median {median:.3g}"
+            )
             _reject(led, int(ids[i]), "update", exc, self._rejected)
             keep[i] = False
         return stacked, keep
@@ -1408,6 +1635,26 @@ class SelectorStrategy(Strategy):
                     vals[i] = min(max(vals[i], low), high)
                     continue
             past.append(float(raw[i]))  # the answer as given (before the quantile rule)
+            del past[:-20]
+        return vals.tolist()
+
+    def _clip_sample_losses(self, ids: Sequence[int], values: Sequence[float]) -> list[float]:
+        """The opt-in loss rules applied to the round's reporters' ``sample_loss_sq`` (Oort's utility is their
+        square root): ``loss_clip_quantile`` clips the batch from above to its ``q``-quantile, and
+        ``loss_clip_history=f`` each value into [m / f**2, m f**2] around the median m of the client's own
+        earlier values that needed no clipping (the last 20): the loss rule on the square's scale."""
+        vals = np.asarray(values, dtype=np.float64)
+        if vals.size and self.loss_clip_quantile is not None:
+            vals = np.minimum(vals, np.quantile(vals, float(self.loss_clip_quantile)))
+        raw = np.asarray(values, dtype=np.float64)
+        for i, k in enumerate(ids):
+            past = self._sq_history.setdefault(int(k), [])
+            if past and self.loss_clip_history is not None:
+                f, m = float(self.loss_clip_history) ** 2, float(np.median(past))
+                if not m / f <= raw[i] <= m * f:  # a mean of squares is >= 0, so m >= 0
+                    vals[i] = min(max(vals[i], m / f), m * f)
+                    continue
+            past.append(float(raw[i]))
             del past[:-20]
         return vals.tolist()
 

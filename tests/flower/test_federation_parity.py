@@ -65,3 +65,18 @@ def test_fedcor_chooses_what_the_simulator_chooses_by_default(seed):
     assert len(flower) == rounds
     # Rounds 0-1 are FedCor's warm-up (random); the GP chooses from round 2 on.
     assert flower == sim
+
+
+def test_federation_clients_take_a_device_and_refuse_an_absent_one():
+    import torch
+
+    from fedselect.flower import FederationClients
+
+    fed = make_federation("digits", partition="shards", n_clients=6, random_state=0)
+    clients = FederationClients(fed, model="logistic", local_steps=2, device="cpu")
+    assert clients.device == torch.device("cpu") and clients.engine.device == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cuda"):
+            FederationClients(fed, model="logistic", device="cuda")
+    with pytest.raises(ValueError):
+        FederationClients(fed, model="logistic", device="tpu")

@@ -59,7 +59,11 @@ def test_a_timeout_and_an_error_reply_are_left_out(fed8):
 
     # Everybody is chosen each round, so both faulty clients are always in the selection.
     strategy, _, result = _run(
-        fed8, "random", rounds=2, clients_per_round=8, faults={2: drop_train, 5: error_after_hello},
+        fed8,
+        "random",
+        rounds=2,
+        clients_per_round=8,
+        faults={2: drop_train, 5: error_after_hello},
         aggregation="data-size",
     )
     for rec in strategy.rounds_:
@@ -107,8 +111,9 @@ def test_a_failed_candidate_answers_nan_and_the_round_goes_on(fed8):
 def test_fewer_live_nodes_than_asked_shrinks_the_round(fed8):
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy("random", clients_per_round=4, n_clients=fed8.n_clients, random_state=0,
-                                aggregation="data-size")
+    strategy = SelectorStrategy(
+        "random", clients_per_round=4, n_clients=fed8.n_clients, random_state=0, aggregation="data-size"
+    )
     gone = {grid.node_of_partition(p) for p in range(5)}
 
     def after_round(server_round, arrays):  # everybody connected in round 0; then 5 nodes vanish
@@ -148,8 +153,9 @@ def test_a_gone_client_answers_nan_without_a_message(fed8):
 
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy(AskAll(), clients_per_round=2, n_clients=fed8.n_clients, random_state=0,
-                                aggregation="data-size")
+    strategy = SelectorStrategy(
+        AskAll(), clients_per_round=2, n_clients=fed8.n_clients, random_state=0, aggregation="data-size"
+    )
 
     def after_round(server_round, arrays):
         if server_round == 1:
@@ -162,8 +168,9 @@ def test_a_gone_client_answers_nan_without_a_message(fed8):
     losses, updates = seen[1]
     assert np.isnan(losses[:5]).all() and np.isfinite(losses[5:]).all()
     assert np.isnan(updates[0]).all() and np.isfinite(updates[1]).all()
-    assert sorted(grid.contexts[m.metadata.dst_node_id].node_config["partition-id"]
-                  for m in round_messages(grid, 1)) == [5, 6, 6, 7, 7]  # losses of 5..7, the update of 6, 7's train
+    assert sorted(
+        grid.contexts[m.metadata.dst_node_id].node_config["partition-id"] for m in round_messages(grid, 1)
+    ) == [5, 6, 6, 7, 7]  # losses of 5..7, the update of 6, 7's train
     rec = strategy.rounds_[1]
     assert rec.costs.models_down == 3 and rec.costs.scalars_up == 3 and rec.costs.local_trainings == 2
     assert rec.reported == [6, 7]
@@ -173,8 +180,9 @@ def test_the_trial_model_is_charged_per_message_sent(fed8):
     fedcor = fedselect.get_selector("fedcor", warmup_rounds=1, gp_interval=2, warmup_iters=5, gp_iters=5)
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
-    strategy = SelectorStrategy(fedcor, clients_per_round=2, n_clients=fed8.n_clients, random_state=0,
-                                aggregation="data-size")
+    strategy = SelectorStrategy(
+        fedcor, clients_per_round=2, n_clients=fed8.n_clients, random_state=0, aggregation="data-size"
+    )
 
     def after_round(server_round, arrays):
         if server_round == 2:  # round 2 is a GP round with a trial; client 4's node is gone by then
@@ -182,8 +190,9 @@ def test_the_trial_model_is_charged_per_message_sent(fed8):
 
     strategy.start(grid, clients.initial_arrays(), num_rounds=3, evaluate_fn=after_round)
     rec = strategy.rounds_[2]
-    trial_models = [m for m in round_messages(grid, 2)
-                    if m.content.config_records["config"].get("fedselect-model") == "trial"]
+    trial_models = [
+        m for m in round_messages(grid, 2) if m.content.config_records["config"].get("fedselect-model") == "trial"
+    ]
     assert len(trial_models) == 7  # the trial model went to the 7 live clients
     assert 4 in rec.failed
     assert rec.costs.models_down == models_sent(grid, 2)  # w^t to the 7 live clients + 7 trial models
@@ -193,8 +202,9 @@ def test_the_trial_model_is_charged_per_message_sent(fed8):
 def test_trial_and_update_queries_cost_what_the_simulator_charges(fed8):
     fedcor = fedselect.get_selector("fedcor", warmup_rounds=1, gp_interval=2, warmup_iters=5, gp_iters=5)
     strategy, _, _ = _run(fed8, fedcor, rounds=4, clients_per_round=2, aggregation="data-size")
-    sim = fedselect.FederatedTrainer(selector=fedcor, clients_per_round=2, rounds=4, aggregation="data-size",
-                                     random_state=0, **TRAIN).fit(fed8)
+    sim = fedselect.FederatedTrainer(
+        selector=fedcor, clients_per_round=2, rounds=4, aggregation="data-size", random_state=0, **TRAIN
+    ).fit(fed8)
     assert "trial" in strategy.rounds_[2].traffic  # round 2 is a GP round with a trial
     trial = strategy.rounds_[2].traffic["trial"]
     assert trial.messages_down == 2 + 8  # 2 trial trainings, then the trial model to all 8 clients
@@ -282,8 +292,9 @@ def test_every_selector_survives_failures(fed8, name):
     slow_node, bad_node = grid.node_of_partition(1), grid.node_of_partition(6)
     grid.faults[slow_node] = slow
     grid.faults[bad_node] = bad_train
-    strategy = SelectorStrategy(selector, clients_per_round=3, n_clients=fed8.n_clients, random_state=0,
-                                aggregation="data-size")
+    strategy = SelectorStrategy(
+        selector, clients_per_round=3, n_clients=fed8.n_clients, random_state=0, aggregation="data-size"
+    )
 
     def after_round(server_round, arrays):
         if server_round == 2:
@@ -311,12 +322,21 @@ def test_every_selector_survives_failures(fed8, name):
         assert rec.costs.local_trainings == len(set(trains) - {slow_node, bad_node})
         assert rec.costs.models_up == rec.costs.local_trainings  # Flower uploads every update in full
         answered_losses = [
-            m for m in msgs if m.metadata.dst_node_id != slow_node and (
+            m
+            for m in msgs
+            if m.metadata.dst_node_id != slow_node
+            and (
                 m.metadata.message_type == "query.fedselect_loss"
-                or (m.metadata.message_type == "train" and m.metadata.dst_node_id != bad_node
-                    and m.content.config_records["config"]["fedselect-need-loss"]))
+                or (
+                    m.metadata.message_type == "train"
+                    and m.metadata.dst_node_id != bad_node
+                    and m.content.config_records["config"]["fedselect-need-loss"]
+                )
+            )
         ]
-        assert rec.costs.scalars_up == len(answered_losses)
+        # plus, for a selector that needs them (Oort), each reporter's sample loss, sent with its update
+        sample_losses = len(rec.reported) if "sample_losses" in selector.needs else 0
+        assert rec.costs.scalars_up == len(answered_losses) + sample_losses
     assert not {4} & set(strategy.rounds_[-1].reported)
     if name == "fedcor":  # its trial ran while clients failed
         assert "trial" in strategy.rounds_[2].traffic
@@ -383,9 +403,17 @@ def test_every_invalid_parameter_is_refused_at_construction(name):
 
 
 def test_valid_edge_values_are_accepted():
-    SelectorStrategy(fedselect.get_selector("random"), clients_per_round=1, n_clients=1, aggregation=None,
-                     query_timeout=1e-3, train_timeout=0.5, connect_timeout=1, random_state=2**32 - 1,
-                     partial_weights="as-given")
+    SelectorStrategy(
+        fedselect.get_selector("random"),
+        clients_per_round=1,
+        n_clients=1,
+        aggregation=None,
+        query_timeout=1e-3,
+        train_timeout=0.5,
+        connect_timeout=1,
+        random_state=2**32 - 1,
+        partial_weights="as-given",
+    )
     SelectorStrategy("fedcor", n_clients=5, random_state=0, aggregation="mean", inner=None)
 
 

@@ -1,5 +1,5 @@
 """A Flower round is fedselect.round's, and carries what was measured: wall_seconds per round, reply_seconds per
-training reply (bounded by what the server observed, whatever a client's timestamp claims)."""
+training reply (the server's own clock, never a client's timestamp), which are the feedback's durations."""
 
 import json
 import math
@@ -44,8 +44,14 @@ def _run(fed, selector, *, apps=None, rounds=2, clients_per_round=8, records_pat
     for partition, make in (apps or {}).items():
         grid.apps[grid.node_of_partition(partition)] = make(app)
     kw.setdefault("aggregation", "data-size")
-    strategy = SelectorStrategy(selector, clients_per_round=clients_per_round, n_clients=fed.n_clients,
-                                random_state=0, connect_timeout=5.0, **kw)
+    strategy = SelectorStrategy(
+        selector,
+        clients_per_round=clients_per_round,
+        n_clients=fed.n_clients,
+        random_state=0,
+        connect_timeout=5.0,
+        **kw,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowerRoundWarning)
         strategy.start(grid, clients.initial_arrays(), num_rounds=rounds, records_path=records_path)
@@ -85,8 +91,14 @@ def test_every_flower_round_is_played_by_the_round_module(fed8, monkeypatch):
 
     inner_calls = []
     monkeypatch.setattr(round_module, "conclude_round", counted)
-    strategy = _run(fed8, "random", rounds=3, clients_per_round=3, aggregation=None,
-                    inner=Inner(fraction_evaluate=0.0, min_available_nodes=1))
+    strategy = _run(
+        fed8,
+        "random",
+        rounds=3,
+        clients_per_round=3,
+        aggregation=None,
+        inner=Inner(fraction_evaluate=0.0, min_available_nodes=1),
+    )
     assert calls == [(0, "data-size", True), (1, "data-size", True), (2, "data-size", True)]
     assert inner_calls == [(1, 3), (2, 3), (3, 3)]  # the local models of the 3 reporters, Flower's round numbers
     for rec in strategy.rounds_:  # FedAvg's weights, from fedselect.aggregation
@@ -126,26 +138,43 @@ def test_clients_trained_for_an_oracle_question_have_their_reply_seconds(fed8):
         assert rec.reply_seconds[6] >= SLOW and rec.wall_seconds >= SLOW
 
 
-def test_a_clients_timestamp_cannot_claim_more_than_the_server_waited_nor_less_than_zero(fed8):
-    def future(msg):
-        return msg.metadata.created_at + 1e9
+class Everyone(BaseSelector):
+    """Chooses every client; needs the durations, and keeps each feedback (``feedbacks_``)."""
 
-    def past(msg):
-        return 0.0
+    needs = frozenset({"durations"})
 
+    def __init__(self):
+        pass
+
+    def _fit(self, pool):
+        self.feedbacks_ = []
+
+    def _select(self, n, *, round, oracle):
+        return Selection(np.arange(self.n_clients_))
+
+    def _update(self, feedback):
+        self.feedbacks_.append(feedback)
+
+
+def test_a_replys_timestamp_is_never_read_its_seconds_are_the_servers_own(fed8):
+    """Replies stamped far in the future, at 0, NaN or a string change nothing: each reply's seconds are the
+    server's own measure of its node's answer (a client cannot look faster than it was), only the slow
+    client shows its delay, and the feedback's durations are exactly those seconds."""
     apps = {
-        1: lambda app: _app(app, created_at=future),
-        3: lambda app: _app(app, created_at=past),
+        1: lambda app: _app(app, created_at=lambda msg: msg.metadata.created_at + 1e9),
+        3: lambda app: _app(app, created_at=lambda msg: 0.0),
         4: lambda app: _app(app, created_at=lambda msg: float("nan")),
         6: lambda app: _app(app, created_at=lambda msg: "soon"),
+        5: lambda app: _app(app, delay=SLOW, created_at=lambda msg: msg.metadata.created_at),  # "instant"
         7: lambda app: _app(app, delay=SLOW),
     }
-    strategy = _run(fed8, "random", apps=apps)
-    for rec in strategy.rounds_:
-        assert rec.reported == list(range(8)) and not rec.rejected  # a timestamp is a measurement, not a fault
-        assert rec.reply_seconds[3] == 0.0
-        for k in (1, 4, 6):  # the bound: from sending to the server's receipt of the replies, after the slow one
-            assert SLOW <= rec.reply_seconds[k] <= rec.wall_seconds + 0.05
+    strategy = _run(fed8, Everyone(), apps=apps)
+    for rec, fb in zip(strategy.rounds_, strategy.selector_.feedbacks_):
+        assert rec.reported == list(range(8)) and not rec.rejected  # a timestamp is not a fault either
+        assert all(0 <= s < SLOW for k, s in rec.reply_seconds.items() if k not in (5, 7))
+        assert SLOW <= rec.reply_seconds[7] <= rec.wall_seconds
+        assert SLOW <= rec.reply_seconds[5] <= rec.wall_seconds  # slow, whatever its stamp claims
+        assert fb.durations.tolist() == [rec.reply_seconds[k] for k in fb.clients.tolist()]
 
 
 def test_measured_seconds_reach_the_records_file_and_the_history(fed8, tmp_path):
@@ -160,3 +189,59 @@ def test_measured_seconds_reach_the_records_file_and_the_history(fed8, tmp_path)
         assert type(plain) is RoundRecord and plain.reply_seconds == rec.reply_seconds
         assert plain.wall_seconds == rec.wall_seconds
         assert RoundRecord.from_dict(json.loads(json.dumps(plain.to_dict()))).reply_seconds == rec.reply_seconds
+
+
+class PolledGrid(LocalGrid):
+    """A grid the server must poll, as a deployment's: the replies of the nodes in ``delays`` become visible to
+    ``pull_messages`` only that many seconds after the push (a lost message never)."""
+
+    timed_send_and_receive = None  # not the server's own: SelectorStrategy polls it
+
+    def __init__(self, *args, delays=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.delays, self.ready, self.pulls, self.push_seconds = dict(delays or {}), {}, 0, 0.0
+
+    def push_messages(self, messages):
+        messages, start = list(messages), time.monotonic()
+        ids = list(super().push_messages(messages))  # the apps answer here, one after the other
+        self.push_seconds = max(self.push_seconds, time.monotonic() - start)  # the longest push of the run
+        for msg, i in zip(messages, ids):
+            self.ready[i] = start + self.delays.get(
+                self.contexts[msg.metadata.dst_node_id].node_config["partition-id"], 0.0
+            )
+        return ids
+
+    def pull_messages(self, message_ids):
+        self.pulls += 1
+        now = time.monotonic()
+        return super().pull_messages([i for i in message_ids if self.ready.get(i, math.inf) <= now])
+
+
+def test_a_polled_grid_times_each_reply_by_the_servers_first_sight_of_it(fed8):
+    """On a grid without ``timed_send_and_receive`` (a deployment's) the server polls: a reply visible after
+    0.3 s measures 0.3 s and a pause of 5 % of that (Flower's own send_and_receive pauses 3 s between pulls);
+    a lost reply is waited for until the timeout, and its client fails."""
+    delay, timeout = 0.3, 1.0
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+    grid = PolledGrid(clients.client_app(), fed8.n_clients, seed=5, delays={2: delay})
+    lost = grid.node_of_partition(5)
+    grid.faults[lost] = lambda m: "timeout" if m.metadata.message_type == "train" else None
+    strategy = SelectorStrategy(
+        Everyone(),
+        clients_per_round=8,
+        n_clients=fed8.n_clients,
+        random_state=0,
+        aggregation="data-size",
+        train_timeout=timeout,
+        connect_timeout=5.0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowerRoundWarning)
+        strategy.start(grid, clients.initial_arrays(), num_rounds=2)
+    for rec, fb in zip(strategy.rounds_, strategy.selector_.feedbacks_):
+        assert rec.failed == [5] and sorted(rec.reply_seconds) == rec.reported == [0, 1, 2, 3, 4, 6, 7]
+        assert delay <= rec.reply_seconds[2] <= delay + 0.05
+        assert all(s < grid.push_seconds + 0.05 < delay for k, s in rec.reply_seconds.items() if k != 2)
+        assert timeout <= rec.wall_seconds < timeout + 0.5
+        assert fb.durations.tolist() == [rec.reply_seconds[k] for k in fb.clients.tolist()]
+    assert grid.pulls < 200  # about 70 per second-long exchange, then at most one a second
