@@ -126,7 +126,9 @@ REPORTS = {
     "fedcor-diagnostics": ("fedcor/diagnostics", "DIAGNOSTICS.md"),
     "hcsfed": ("hcsfed", "REPORT.md"),
     "hcsfed-calibrated": ("hcsfed/calibrated", "REPORT.md"),
+    "hcsfed-recalibrated": ("hcsfed/recalibrated", "REPORT.md"),
     "ldcs": ("ldcs", "REPORT.md"),
+    "time": ("time", "REPORT.md"),
 }
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 myst_heading_anchors = 2
