@@ -611,7 +611,10 @@ def write_report(
         smissing = _missing(svalues, DEADLINE_SCHEMES, seeds)
         out += [
             f"{_setting_text(setting)}. A chosen client whose training exchange would take longer than "
-            "the deadline fails (a straggler); the round then lasts until the deadline."
+            "the deadline fails (a straggler); the round then lasts until the deadline. A straggler never "
+            "reports, so the server never observes its duration: without declared profiles deadline-random keeps "
+            "it as 'unknown' (a candidate) and Oort never marks it explored, a known gap of fedselect (issue 22: "
+            "the feedback does not yet carry 'no answer by the deadline' as a censored duration)."
             + (f" Missing: {'; '.join(smissing)}." if smissing else ""),
             "",
             summary_table(svalues, list(DEADLINE_SCHEMES), len(seeds)),
