@@ -7,6 +7,8 @@ claim) is checked on hand-made records whose answer is known.
 
 from __future__ import annotations
 
+import gzip
+
 import numpy as np
 import pytest
 
@@ -32,9 +34,9 @@ def tiny_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("time")
     logs: list[str] = []
     calib = {**TINY, "table": "calibration"}
-    target = run.calibrate(root / "calibration.jsonl", setting=calib, seeds=[5, 6], log=logs.append)
+    target = run.calibrate(root / "calibration.jsonl.gz", setting=calib, seeds=[5, 6], log=logs.append)
     records = run.run_table(
-        TINY, ["random", "power-of-choice"], [0, 1], root / "main.jsonl", target=target, log=logs.append
+        TINY, ["random", "power-of-choice"], [0, 1], root / "main.jsonl.gz", target=target, log=logs.append
     )
     return root, target, records, logs
 
@@ -71,15 +73,18 @@ def test_runner_resumes_and_restores_the_clock(tiny_runs):
     root, target, records, _ = tiny_runs
     logs: list[str] = []
     again = run.run_table(
-        TINY, ["random", "power-of-choice"], [0, 1], root / "main.jsonl", target=target, log=logs.append
+        TINY, ["random", "power-of-choice"], [0, 1], root / "main.jsonl.gz", target=target, log=logs.append
     )
-    assert logs == [f"[tiny] 4 finished, 0 to run -> {root / 'main.jsonl'}"]
+    assert logs == [f"[tiny] 4 finished, 0 to run -> {root / 'main.jsonl.gz'}"]
     assert again == records
     assert RoundClock.settle.__name__ == "settle" and SimulatedClock.end_round.__name__ == "end_round"
     # a torn last line (a kill mid-write) is skipped
-    with open(root / "main.jsonl", "a") as f:
+    plain = root / "plain.jsonl"
+    for rec in records:
+        run.append_record(plain, rec)
+    with open(plain, "a") as f:
         f.write('{"format": 1, "sch')
-    assert run.read_records(root / "main.jsonl") == records
+    assert run.read_records(plain) == records
 
 
 def test_report_from_the_tiny_run(tiny_runs):
@@ -89,7 +94,7 @@ def test_report_from_the_tiny_run(tiny_runs):
         main_schemes=["random", "power-of-choice"],
         seeds=[0, 1],
         main_setting=TINY,
-        side_tables=[("deadline.jsonl", {**TINY, "table": "deadline", "deadline": 10.0})],
+        side_tables=[("deadline.jsonl.gz", {**TINY, "table": "deadline", "deadline": 10.0})],
     )
     text = path.read_text()
     assert text.startswith("# Time to accuracy")
@@ -97,7 +102,7 @@ def test_report_from_the_tiny_run(tiny_runs):
     assert f"Target {target:.3f}" in text
     assert "| random | 2/10 |" not in text and "| random | 2/2 |" in text
     assert "### Paired against random: simulated seconds" in text and "| power-of-choice | 2 |" in text
-    assert "## Side table: with a 10 s deadline, profiles not known (`deadline.jsonl`)\n\nNot run yet." in text
+    assert "## Side table: with a 10 s deadline, profiles not known (`deadline.jsonl.gz`)\n\nNot run yet." in text
     assert (root / "accuracy_time.png").stat().st_size > 1000
     assert (root / "accuracy_rounds.png").stat().st_size > 1000
 
@@ -216,3 +221,14 @@ def test_calibrated_target_is_what_every_run_reaches_in_the_first_half():
     recs = [{"test_accuracy": [0.5, 0.71, 0.9, 0.95]}, {"test_accuracy": [0.6, 0.737, 0.99, 0.99]}]
     assert run.calibrated_target(recs, rounds=4) == pytest.approx(0.71)  # the first 2 rounds of each
     assert run.calibrated_target(recs, rounds=4, grid=0.05) == pytest.approx(0.70)
+
+
+def test_gzip_records_append_one_member_each_and_a_torn_member_is_skipped(tmp_path):
+    path = tmp_path / "main.jsonl.gz"
+    records = [{"format": run.FORMAT, "seed": s, "x": [0.5] * 50} for s in range(3)]
+    for rec in records:
+        run.append_record(path, rec)
+    assert run.read_records(path) == records
+    with open(path, "ab") as f:  # a kill in the middle of a fourth record's member
+        f.write(gzip.compress(b'{"format": 1, "seed": 3}\n', mtime=0)[:15])
+    assert run.read_records(path) == records

@@ -453,7 +453,7 @@ def _figure(r: dict, path: Path) -> None:
     ax = axes[3]
     ax.plot(np.arange(len(r["accuracy"])), r["accuracy"], lw=0.8)
     ax.set(xlabel="round", ylabel="test accuracy", title=f"FedCor run ({r['setting']}, seed {r['seed']})")
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 

@@ -1,6 +1,6 @@
 """Write REPORT.md and the pictures of the time-to-accuracy reproduction from the runs that exist.
 
-Reads ``calibration.jsonl``, ``main.jsonl``, ``deadline.jsonl`` and ``deadline-known.jsonl`` beside
+Reads ``calibration.jsonl.gz``, ``main.jsonl.gz``, ``deadline.jsonl.gz`` and ``deadline-known.jsonl.gz`` beside
 this script (whatever has finished, see :mod:`benchmarks.reproductions.time.time_run`) and writes beside them:
 
 - REPORT.md: first what holds (where the ranking by rounds and by simulated time differ; Oort's
@@ -509,8 +509,8 @@ def write_report(
 ) -> Path:
     """Write ``root/REPORT.md`` and its pictures from the jsonl records in ``root``; return the report's path."""
     calib_setting = calibration_setting or {**main_setting, "table": "calibration"}
-    calib = [r for r in read_records(root / "calibration.jsonl") if r["setting_id"] == setting_id(calib_setting)]
-    main = [r for r in read_records(root / "main.jsonl") if r["setting_id"] == setting_id(main_setting)]
+    calib = [r for r in read_records(root / "calibration.jsonl.gz") if r["setting_id"] == setting_id(calib_setting)]
+    main = [r for r in read_records(root / "main.jsonl.gz") if r["setting_id"] == setting_id(main_setting)]
     sides = [
         (name, setting, [r for r in read_records(root / name) if r["setting_id"] == setting_id(setting)])
         for name, setting in side_tables
@@ -635,7 +635,7 @@ def write_report(
         *(f"- Side table `{name}`: {_provenance(recs)}" for name, _, recs in sides),
         *_same_random(sides),
         f"- Calibration: {_provenance(calib)}",
-        f"- Records: `main.jsonl`, {', '.join(f'`{name}`' for name, _, _ in sides)}, `calibration.jsonl` "
+        f"- Records: `main.jsonl.gz`, {', '.join(f'`{name}`' for name, _, _ in sides)}, `calibration.jsonl.gz` "
         "(one line per run: settings, scheme and "
         "parameters, seed, commit, machine, per-round simulated seconds, question seconds, test accuracy, failed "
         "clients). Commands: `OMP_NUM_THREADS=1 nice -n 19 python -m benchmarks.reproductions.time.time_run all` "

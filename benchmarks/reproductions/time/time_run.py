@@ -12,13 +12,13 @@ finishes; a rerun skips the (scheme, seed) pairs already there with the same set
 interrupted run resumes; ``all`` runs the calibration, then seed by seed the main and the deadline
 table, so an interrupted run leaves whole seeds of both):
 
-- ``calibration.jsonl``: random alone on seeds 100-109 (not the table's seeds); the target is the
+- ``calibration.jsonl.gz``: random alone on seeds 100-109 (not the table's seeds); the target is the
   highest accuracy on a 0.5-point grid that every calibration run reaches within the first half of
   the round cap (:func:`calibrated_target`), the same target for every scheme;
-- ``main.jsonl``: every built-in scheme (from the plugin registry) on seeds 0-9;
-- ``deadline.jsonl``: random, deadline-random and Oort with a 10 s deadline per round and
+- ``main.jsonl.gz``: every built-in scheme (from the plugin registry) on seeds 0-9;
+- ``deadline.jsonl.gz``: random, deadline-random and Oort with a 10 s deadline per round and
   ``straggler_policy="fail"`` (the system-aware schemes' side);
-- ``deadline-known.jsonl``: the same with the profiles declared to the server
+- ``deadline-known.jsonl.gz``: the same with the profiles declared to the server
   (``server_knows_profiles=True``: Oort registers each client's expected duration, as in its paper).
 
 Each record holds the settings, the scheme and its parameters, the seed, the commit and machine, the
@@ -36,11 +36,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gzip
 import hashlib
 import json
 import math
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,8 +78,8 @@ DEADLINE_SCHEMES = ("random", "deadline-random", "oort")
 KNOWN_SETTING: dict[str, Any] = {**DEADLINE_SETTING, "table": "deadline-known", "server_knows_profiles": True}
 #: The side tables: (file name, setting), each run for DEADLINE_SCHEMES.
 SIDE_TABLES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("deadline.jsonl", DEADLINE_SETTING),
-    ("deadline-known.jsonl", KNOWN_SETTING),
+    ("deadline.jsonl.gz", DEADLINE_SETTING),
+    ("deadline-known.jsonl.gz", KNOWN_SETTING),
 )
 
 #: Calibration: random alone, on seeds the tables do not use.
@@ -124,13 +126,33 @@ def setting_id(setting: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def _read_text(path: Path) -> str:
+    """The text of a plain or gzip file; of a ``.gz`` file of one member per record, the members
+    before a torn one (a kill mid-write)."""
+    data = path.read_bytes()
+    if path.suffix != ".gz":
+        return data.decode()
+    parts = []
+    while data:
+        member = zlib.decompressobj(wbits=31)
+        try:
+            text = member.decompress(data)
+        except zlib.error:
+            break
+        if not member.eof:
+            break
+        parts.append(text)
+        data = member.unused_data
+    return b"".join(parts).decode()
+
+
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """The records of a jsonl file (a torn last line, from a kill mid-write, is skipped)."""
     path = Path(path)
     if not path.exists():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for line in _read_text(path).splitlines():
         line = line.strip()
         if not line:
             continue
@@ -148,8 +170,9 @@ def append_record(path: str | Path, record: Mapping[str, Any]) -> None:
     import os
 
     line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
-    with open(path, "a") as f:
-        f.write(line)
+    data = gzip.compress(line.encode(), mtime=0) if Path(path).suffix == ".gz" else line.encode()
+    with open(path, "ab") as f:  # a .gz file: one gzip member per record
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
@@ -373,7 +396,7 @@ def run_table(
 
 
 def calibrate(
-    path: str | Path = ROOT / "calibration.jsonl",
+    path: str | Path = ROOT / "calibration.jsonl.gz",
     *,
     setting: Mapping[str, Any] = CALIBRATION_SETTING,
     seeds: Sequence[int] = CALIBRATION_SEEDS,
@@ -419,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     side_schemes = args.schemes.split(",") if args.schemes else list(DEADLINE_SCHEMES)
     for seed in args.seeds:  # seed by seed, every table: an interrupted run leaves whole seeds of each
         if args.what in ("main", "all"):
-            run_table(SETTING, main_schemes, [seed], ROOT / "main.jsonl", target=target, log=log)
+            run_table(SETTING, main_schemes, [seed], ROOT / "main.jsonl.gz", target=target, log=log)
         for name, setting in SIDE_TABLES:
             if args.what in (setting["table"], "all"):
                 run_table(setting, side_schemes, [seed], ROOT / name, target=target, log=log)
