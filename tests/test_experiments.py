@@ -16,26 +16,10 @@ from fedselect.experiments.plan import FederationSource, plan_cells, run_setting
 from fedselect.experiments.results import Comparison, load_comparison, parse_result
 from fedselect.simulation.costs import Costs
 from fedselect.simulation.history import History, RoundRecord
+from tests.test_cli import SMALL as CLI_SMALL
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedselect"
-SMALL = [
-    "--n-clients",
-    "8",
-    "--clients-per-round",
-    "2",
-    "--rounds",
-    "4",
-    "--model",
-    "logistic",
-    "--local-steps",
-    "2",
-    "--no-progress",
-    "--target",
-    "0.3",
-    "--seeds",
-    "0",
-    "1",
-]
+SMALL = [*CLI_SMALL, "--target", "0.3", "--seeds", "0", "1"]  # the CLI tests' small run: a reachable target, 2 seeds
 
 
 # -- the import graph ---------------------------------------------------------------------------------------------
