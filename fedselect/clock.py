@@ -195,11 +195,20 @@ class Settlement:
         Clients that train but are not waited for: over-selected beyond the first ``keep`` to finish.
     times : ndarray of float
         Each given client's time in the exchange (inf: a failure the server did not know of).
+    timed_out : ndarray of int
+        The chosen clients the server stopped waiting for without a reply (what it sees): the
+        stragglers past the deadline, the cut clients, and, with a deadline, the clients that
+        failed silently (it cannot tell them from stragglers). Clients seen to drop are not in it.
+    timed_out_after : ndarray of float
+        For each ``timed_out`` client, its seconds in this round's earlier exchanges plus the
+        exchange's length: how long the server had waited for it, a lower bound on its duration.
     """
 
     drop: np.ndarray
     cut: np.ndarray
     times: np.ndarray
+    timed_out: np.ndarray
+    timed_out_after: np.ndarray
 
 
 class RoundClock:
@@ -321,10 +330,12 @@ class RoundClock:
         t = self.times(c, **counts)
         ok = np.ones(c.size, dtype=bool) if failed is None else ~np.asarray(failed, dtype=bool)
         waited = False  # for a client that will not report: until the deadline, if there is one
+        silent = np.zeros(c.size, dtype=bool)  # no reply by the exchange's end, seen from the server
         if not ok.all():
             dead = ~ok & (t > 0)  # sent something, never answers
             t[dead] = np.inf
             waited = bool(dead.any())
+            silent |= dead
         drop = np.zeros(c.size, dtype=bool)
         tracker = self.clock._tracker
         gone_at = 0.0
@@ -347,6 +358,9 @@ class RoundClock:
                 drop |= late
                 ok &= ~late
                 waited = True
+                silent |= late
+        else:  # without a deadline a silent failure is learned of at once (the model of the module's docstring)
+            silent[:] = False
         cut = np.zeros(c.size, dtype=bool)
         n_ok = int(ok.sum())
         if keep is not None and n_ok > keep:
@@ -357,6 +371,10 @@ class RoundClock:
         wait = float(t[ok].max()) if n_ok else 0.0
         if waited and not (keep is not None and n_ok == keep):
             wait = deadline if deadline is not None else max(wait, gone_at)
+        silent |= cut
         self.spent[c[ok]] += t[ok]
         self.elapsed += wait
-        return Settlement(drop=c[drop], cut=c[cut], times=t)
+        timed_out = c[silent]
+        return Settlement(
+            drop=c[drop], cut=c[cut], times=t, timed_out=timed_out, timed_out_after=self.spent[timed_out] + wait
+        )

@@ -47,6 +47,9 @@ class Reports:
     sample_loss_sq : ndarray of float, optional
         Each reporter's mean squared per-sample training loss (sent with its update, charged by
         the transport); passed on when the selector needs ``"sample_losses"``.
+    timed_out, timed_out_after : ndarray, optional
+        The chosen clients the server stopped waiting for without a reply, and how long it had
+        waited for each (a lower bound on their durations); passed on with ``durations``.
     """
 
     clients: np.ndarray
@@ -55,6 +58,8 @@ class Reports:
     n_samples: np.ndarray
     durations: np.ndarray | None = None
     sample_loss_sq: np.ndarray | None = None
+    timed_out: np.ndarray | None = None
+    timed_out_after: np.ndarray | None = None
 
 
 class Transport(Protocol):
@@ -148,6 +153,7 @@ def conclude_round(
         else:
             new_theta = apply(theta, selection, reports, weights[reported])
         buffers = transport.aggregate_buffers(reporters, weights[reported])
+    timed = "durations" in needs and reports.timed_out is not None and reports.timed_out_after is not None
     feedback = RoundFeedback(
         round=round,
         clients=reporters,
@@ -159,6 +165,8 @@ def conclude_round(
         global_after=_numpy(new_theta) if "global" in needs and new_theta is not None else None,
         durations=reports.durations if "durations" in needs else None,
         sample_loss_sq=reports.sample_loss_sq if "sample_losses" in needs else None,
+        timed_out=reports.timed_out if timed else None,
+        timed_out_after=reports.timed_out_after if timed else None,
     )
     return Aggregate(selection, weights, reported, new_theta, buffers, feedback)
 

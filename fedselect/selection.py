@@ -376,10 +376,21 @@ class RoundFeedback:
         squared per-sample training loss (Oort's statistical utility is
         ``|B_i| * sqrt(sample_loss_sq)``); present only when ``needs`` has ``"sample_losses"``.
         One scalar up per reporter, sent with its update.
+    timed_out : ndarray of int, or None
+        Chosen clients the server stopped waiting for without any reply: stragglers past the
+        round's deadline, clients over-selected beyond the first to finish, and, with a
+        deadline, clients that failed silently (the server cannot tell them from stragglers).
+        Present, like ``durations`` and with it, only when ``needs`` has ``"durations"`` and
+        the runtime keeps a clock. Disjoint from ``clients``. Free: the server knows it.
+    timed_out_after : ndarray of float, or None
+        For each ``timed_out`` client, the seconds the server had waited for it this round: a
+        censored observation, a lower bound on that client's duration (its true duration may
+        be longer, or infinite).
 
     Notes
     -----
-    ``durations`` and ``sample_loss_sq`` hold one finite value >= 0 per reporter.
+    ``durations`` and ``sample_loss_sq`` hold one finite value >= 0 per reporter,
+    ``timed_out_after`` one per ``timed_out`` client.
     """
 
     round: int
@@ -392,9 +403,24 @@ class RoundFeedback:
     global_after: np.ndarray | None = None
     durations: np.ndarray | None = None
     sample_loss_sq: np.ndarray | None = None
+    timed_out: np.ndarray | None = None
+    timed_out_after: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for name in ("durations", "sample_loss_sq"):
+        if (self.timed_out is None) != (self.timed_out_after is None):
+            raise ValueError("RoundFeedback.timed_out and timed_out_after come together: give both or neither")
+        if self.timed_out is not None:
+            ids = np.asarray(self.timed_out)
+            if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+                raise ValueError(
+                    f"RoundFeedback.timed_out must be a 1-D array of client ids (integers); got shape {ids.shape}, "
+                    f"dtype {ids.dtype}"
+                )
+            ids = ids.astype(np.int64)
+            if np.intersect1d(ids, np.asarray(self.clients, dtype=np.int64)).size:
+                raise ValueError("RoundFeedback.timed_out must not contain clients that reported")
+            object.__setattr__(self, "timed_out", ids)
+        for name in ("durations", "sample_loss_sq", "timed_out_after"):
             value = getattr(self, name)
             if value is not None:
                 try:
@@ -407,7 +433,7 @@ class RoundFeedback:
                         f"got shape {arr.shape}, values {arr.ravel()[:5].tolist()}"
                     )
                 object.__setattr__(self, name, arr)
-        for name in (*_FEEDBACK_ARRAYS, "durations", "sample_loss_sq"):
+        for name in (*_FEEDBACK_ARRAYS, "durations", "sample_loss_sq", "timed_out", "timed_out_after"):
             value = getattr(self, name)
             if value is not None:
                 arr = np.array(value, copy=True)
@@ -423,6 +449,12 @@ class RoundFeedback:
             value = getattr(self, name)
             if value is not None and value.shape[0] != k:
                 raise ValueError(f"RoundFeedback.{name} has {value.shape[0]} entries for {k} clients")
+        if self.timed_out is not None and self.timed_out_after is not None:
+            if self.timed_out_after.shape[0] != self.timed_out.shape[0]:
+                raise ValueError(
+                    f"RoundFeedback.timed_out_after has {self.timed_out_after.shape[0]} entries for "
+                    f"{self.timed_out.shape[0]} timed-out clients"
+                )
 
 
 class ClientOracle(abc.ABC):

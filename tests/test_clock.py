@@ -233,7 +233,17 @@ def test_deadline_fail_drops_stragglers_as_failures(fed):
     # charged as a dropped client: the model went down, it did not train, upload or answer
     assert (rec.costs.models_down, rec.costs.local_trainings, rec.costs.models_up) == (3, 2, 2)
     assert rec.sim_seconds == pytest.approx(deadline)  # the server waited for the straggler until the deadline
-    assert tr.selector_.feedback_[0].clients.tolist() == [0, 1]
+    fb = tr.selector_.feedback_[0]
+    assert fb.clients.tolist() == [0, 1]
+    # what the server saw of the straggler: no reply by the deadline, a lower bound on its duration
+    assert fb.timed_out.tolist() == [3] and fb.timed_out_after.tolist() == [pytest.approx(deadline, rel=1e-12)]
+    no_deadline = _trainer(Scripted(choose=(0, 1, 3)), clients_per_round=3)
+    no_deadline.fit(dataclasses.replace(fed, profiles=p))
+    fb = no_deadline.selector_.feedback_[0]
+    assert fb.clients.tolist() == [0, 1, 3] and fb.timed_out.tolist() == [] and fb.timed_out_after.size == 0
+    blind = _trainer(Scripted(choose=(0, 1, 3), needs_=()), clients_per_round=3, deadline=deadline)
+    blind.fit(dataclasses.replace(fed, profiles=p))
+    assert blind.selector_.feedback_[0].timed_out is None  # only for a selector that needs durations
 
 
 def test_overselect_keeps_the_first_k_to_finish(fed):
@@ -251,6 +261,11 @@ def test_overselect_keeps_the_first_k_to_finish(fed):
     assert sorted(set(rec.clients) - set(rec.failed)) == sorted(first)
     assert rec.sim_seconds == pytest.approx(sorted(full.values())[1], rel=1e-12)  # ends at the 2nd completion
     assert rec.costs.local_trainings == 3 and rec.costs.models_up == 2  # all trained, 2 were waited for
+    fb = tr.selector_.feedback_[0]
+    (cut,) = set(full) - set(first)
+    assert fb.timed_out.tolist() == [cut]  # the server stopped waiting at the 2nd completion
+    assert fb.timed_out_after.tolist() == [pytest.approx(sorted(full.values())[1], rel=1e-12)]
+    assert fb.timed_out_after[0] < full[cut]  # a lower bound: the client was still busy
     n = fed.n_samples
     w = dict(zip(rec.clients, rec.weights))
     assert [w[k] for k in first] == pytest.approx([n[k] / n[first].sum() for k in first])  # FedAvg over the kept
@@ -289,6 +304,28 @@ def test_unit_availability_edges_and_waiting():
     assert clock.start_round().offline.tolist() == [0, 1]  # client 2 online at the start of [5, 10)
     clock.now = 10.0
     assert clock.start_round().offline.tolist() == [0, 1, 2]
+
+
+def test_unit_who_the_server_stops_waiting_for():
+    """settle's timed_out: stragglers past the deadline and, with a deadline, silent failures (waited for until
+    it), each with its earlier seconds this round plus the exchange's length; a visible drop is not timed out."""
+    p = SystemProfiles([1.0, 2.0, 3.0, 0.5], [1e12] * 4, [1e12] * 4)  # 3 s per trained sample: 3, 6, 9, 1.5 s
+    clock = SimulatedClock(p, model_size=1, deadline=7.0)
+    rc = clock.start_round()
+    rc.exchange([2], eval_samples=1)  # a question answered by client 2: 3 s of its time this round
+    s = rc.settle([0, 1, 2, 3], failed=[False, False, False, True], train_samples=1)
+    assert s.drop.tolist() == [2] and s.timed_out.tolist() == [2, 3]  # 9 s > 7 s; 3 failed silently
+    assert s.timed_out_after.tolist() == [3.0 + 7.0, 7.0]
+    clock = SimulatedClock(p, model_size=1)  # no deadline: a silent failure is learned of at once
+    s = clock.start_round().settle([0, 1, 3], failed=[False, False, True], train_samples=1)
+    assert s.timed_out.tolist() == [] and s.timed_out_after.tolist() == []
+    s = clock.start_round().settle([0, 1, 2, 3], train_samples=1, keep=2)  # first two to finish: 3 (1.5 s), 0 (3 s)
+    assert sorted(s.cut.tolist()) == [1, 2] and sorted(s.timed_out.tolist()) == [1, 2]
+    assert s.timed_out_after.tolist() == [3.0, 3.0]
+    av = Availability.from_intervals([[(0.0, 100.0)], [(0.0, 2.0)]])
+    clock = SimulatedClock(SystemProfiles([1.0, 1.0], [1e12] * 2, [1e12] * 2, None, av), model_size=1, deadline=50.0)
+    s = clock.start_round().settle([0, 1], train_samples=1)
+    assert s.drop.tolist() == [1] and s.timed_out.tolist() == []  # offline when its update was due: seen to drop
 
 
 def test_unit_nobody_online_waits_for_the_first():

@@ -412,7 +412,9 @@ class FlowerOracle(ClientOracle):
         ``durations`` are the server's measured seconds of each reporter's training reply
         (:attr:`FlowerRound.reply_seconds`); their ``sample_loss_sq``, when the selector needs
         ``"sample_losses"``, what each sent with its update (one scalar up per reporter, charged
-        as the simulator charges it), after the opt-in loss rules.
+        as the simulator charges it), after the opt-in loss rules. Clients sent a train message
+        that sent nothing back within the round's wait (not even an error) are ``timed_out``,
+        with the seconds waited as the lower bound on their durations.
         """
         st, led, t = self._st, self._led, self.round
         server_round = t + 1
@@ -454,6 +456,16 @@ class FlowerOracle(ClientOracle):
         # for replies that came back another way (configure_train and aggregate_train driven by someone else).
         arrivals, st._train_arrivals = st._train_arrivals, {}
         times = st._reply_times(messages, [(m, min(arrivals.get(id(m), waited), waited)) for m in replies])
+        # Clients sent a train message that sent nothing back, not even an error: the server stopped waiting
+        # for them after `waited` seconds, a lower bound on their durations (RoundFeedback.timed_out).
+        asked = {int(m.metadata.dst_node_id): st._client_of.get(int(m.metadata.dst_node_id)) for m in messages}
+        answered = set()
+        for m in replies:
+            try:  # a reply's metadata is the client's: anything odd in it only loses this sighting
+                answered.add(int(m.metadata.src_node_id))
+            except Exception:
+                continue
+        silent = sorted(k for node, k in asked.items() if k is not None and node not in answered)
         got = st._valid_replies(replies)
         ok, updates, steps, grads, loss_ids, losses, evaluated = [], [], 0, 0, [], [], 0
         for k in todo.tolist():
@@ -514,6 +526,8 @@ class FlowerOracle(ClientOracle):
                 st._clip_sample_losses(reported.tolist(), [self._sample_sq[int(k)] for k in reported]), dtype=np.float64
             )
             led.record_scalars_up(int(reported.size))
+        timed_out = np.array([k for k in silent if k not in set(reported.tolist())], dtype=np.int64)
+        after = np.full(timed_out.size, float(waited))
         if not reported.size:
             return Reports(
                 reported,
@@ -522,6 +536,8 @@ class FlowerOracle(ClientOracle):
                 np.zeros(0, dtype=np.int64),
                 durations,
                 sq,
+                timed_out,
+                after,
             )
         stacked = np.stack(
             [
@@ -533,7 +549,7 @@ class FlowerOracle(ClientOracle):
             st._norm_history.extend(np.linalg.norm(stacked.astype(np.float64), axis=1).tolist())
             del st._norm_history[:-50]
         n_k = np.array([st._n_samples[int(k)] for k in reported], dtype=np.int64)
-        return Reports(reported, stacked, led.loss(reported), n_k, durations, sq)
+        return Reports(reported, stacked, led.loss(reported), n_k, durations, sq, timed_out, after)
 
     def aggregate_buffers(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
         """The global buffers after averaging trained clients ``ids`` with ``weights``

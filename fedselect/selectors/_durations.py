@@ -8,7 +8,7 @@ import numpy as np
 
 from ..clock import BYTES_PER_FLOAT
 from ..profiles import SystemProfiles
-from ..selection import ClientOracle, ClientPool, RoundFeedback
+from ..selection import ClientOracle, ClientPool, RoundFeedback, check_client_ids
 
 __all__ = ["DurationKnowledge", "declared_durations"]
 
@@ -32,6 +32,11 @@ class DurationKnowledge:
     ``duration_[k]`` is the latest duration the server observed for client k (``feedback.durations``),
     else, once the global model's size is known, its declared one (:func:`declared_durations` of
     ``profiles`` with ``samples_per_round``), else NaN. Observed durations always win over declared ones.
+
+    A client the server stopped waiting for (``feedback.timed_out``) is a censored observation:
+    its duration is at least ``timed_out_after``. ``duration_[k]`` becomes the larger of that bound
+    and what was known (the bound when nothing was), and ``censored_[k]`` says the value is a
+    lower bound, until a reply gives a duration again.
     """
 
     profiles: SystemProfiles | None
@@ -39,6 +44,7 @@ class DurationKnowledge:
     n_samples_: np.ndarray
     n_clients_: int
     duration_: np.ndarray
+    censored_: np.ndarray
     declared_: bool
 
     def identifying_params(self) -> dict[str, Any]:
@@ -56,6 +62,7 @@ class DurationKnowledge:
                 f"federation has {pool.n_clients}; expected one profile per client"
             )
         self.duration_ = np.full(pool.n_clients, np.nan)
+        self.censored_ = np.zeros(pool.n_clients, dtype=bool)
         self.declared_ = False
 
     def _declare_durations(self, oracle: ClientOracle) -> None:
@@ -66,7 +73,18 @@ class DurationKnowledge:
             self.duration_ = np.where(np.isnan(self.duration_), declared, self.duration_)
             self.declared_ = True
 
-    def _observe_durations(self, feedback: RoundFeedback, ids: np.ndarray) -> None:
-        """Record the durations the server measured for the reporters ``ids`` (when the feedback has them)."""
+    def _observe_durations(self, feedback: RoundFeedback, ids: np.ndarray) -> np.ndarray:
+        """Record the durations the server measured for the reporters ``ids`` and the lower bounds of the
+        clients it stopped waiting for (when the feedback has them); return the latter's ids."""
         if feedback.durations is not None:
             self.duration_[ids] = np.asarray(feedback.durations, dtype=np.float64)
+            self.censored_[ids] = False
+        if feedback.timed_out is None or feedback.timed_out_after is None or not feedback.timed_out.size:
+            return np.zeros(0, dtype=np.int64)
+        late = check_client_ids(feedback.timed_out, self.n_clients_, what=f"{type(self).__name__}.update")
+        bound = np.asarray(feedback.timed_out_after, dtype=np.float64)
+        known = self.duration_[late]
+        raise_to = np.isnan(known) | (bound >= known)  # the bound says more than what was known
+        self.duration_[late[raise_to]] = bound[raise_to]
+        self.censored_[late[raise_to]] = True
+        return late

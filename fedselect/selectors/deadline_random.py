@@ -25,7 +25,9 @@ class DeadlineRandomSelector(DurationKnowledge, BaseSelector):
     sample + upload, as Oort registers clients [1]_), else unknown. Each round, with deadline D
     (``deadline`` seconds, or the ``quantile`` of the known e_k when None):
 
-    1. the candidates are the clients with e_k <= D or e_k unknown (so every client is tried once);
+    1. the candidates are the clients with e_k <= D or e_k unknown (so every client is tried once),
+       except those whose e_k is a lower bound (the server stopped waiting for them: ``feedback.timed_out``)
+       that is at least D;
     2. if there are at least n, choose n of them uniformly without replacement;
     3. otherwise take them all and fill the rest from the others, uniformly (``shortfall="uniform"``)
        or in increasing e_k (``"fastest"``, FedCS-like [2]_).
@@ -54,6 +56,8 @@ class DeadlineRandomSelector(DurationKnowledge, BaseSelector):
     ----------
     duration_ : ndarray of float, shape (n_clients,)
         e_k (NaN while unknown).
+    censored_ : ndarray of bool, shape (n_clients,)
+        Whether e_k is a lower bound (the client's latest round ended without its reply).
     deadline_ : float
         D of the latest round (inf while no duration is known).
 
@@ -115,7 +119,7 @@ class DeadlineRandomSelector(DurationKnowledge, BaseSelector):
             self.deadline_ = float(known[min(int(known.size * float(self.quantile)), known.size - 1)])
         else:
             self.deadline_ = np.inf
-        fits = np.isnan(e) | (e <= self.deadline_)
+        fits = np.isnan(e) | ((e <= self.deadline_) & ~(self.censored_ & (e >= self.deadline_)))
         candidates = np.flatnonzero(fits)
         if candidates.size >= n:
             return Selection(self.rng_.choice(candidates, size=n, replace=False).astype(np.int64))
@@ -127,7 +131,7 @@ class DeadlineRandomSelector(DurationKnowledge, BaseSelector):
         return Selection(np.concatenate([candidates, fill]).astype(np.int64))
 
     def _update(self, feedback: RoundFeedback) -> None:
-        if feedback.durations is not None:
+        if feedback.durations is not None or feedback.timed_out is not None:
             ids = check_client_ids(feedback.clients, self.n_clients_, what=f"{type(self).__name__}.update")
             self._observe_durations(feedback, ids)
 

@@ -103,7 +103,10 @@ class OortSelector(DurationKnowledge, BaseSelector):
        U_i * (T / t_i)^alpha, drawn in proportion; a shortfall is filled uniformly.
 
     Durations come from ``feedback.durations`` (observed), else ``profiles`` (declared); unknown ones get no
-    penalty: without a clock Oort is its statistical part. Over-commitment returns m > n clients.
+    penalty: without a clock Oort is its statistical part. Over-commitment returns m > n clients. A client
+    the server stopped waiting for (``feedback.timed_out``: cut by over-commitment, past a deadline) is
+    explored with the round's mean reward, as FedScale's aggregator treats stragglers [3]_, and its
+    duration is at least the time waited (FedScale reads the true one from its traces; a server cannot).
 
     **Costs.** Nothing asked of the oracle (``profiles``: the model size, free); one scalar up per
     reporter with its update; O(N) state and time per round.
@@ -384,9 +387,17 @@ class OortSelector(DurationKnowledge, BaseSelector):
         ok = np.isfinite(util)
         new = self.bin_[ids] * util
         self.reward_[ids[ok]] = new[ok]
-        self._observe_durations(feedback, ids)
+        late = self._observe_durations(feedback, ids)
         self._reported(ids, t)
         pending, self.pending_ = self.pending_, None
+        if feedback.timed_out is not None:
+            # FedScale's round_completion_handler: every straggler (a client the server stopped waiting for) counts
+            # as explored, with the round's mean reward (0 when nobody reported); its duration is the bound just set
+            if late.size:
+                self.reward_[late] = float(new[ok].mean()) if ok.any() else 0.0
+                self._reported(late, t)
+            return
+        # A runtime that gives durations but no timed_out: infer the stragglers of over-commitment as before.
         if pending is None or pending[0] != t or feedback.durations is None or not ok.any():
             return
         # Over-commitment cut the slowest chosen clients (a clock is running: durations came back);

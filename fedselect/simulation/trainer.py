@@ -294,6 +294,7 @@ class SimulationOracle(ClientOracle):
         self._keep = keep
         self._sample_losses = bool(sample_losses)
         self._sample_sq: dict[int, float] = {}  # each trained client's mean squared per-sample loss
+        self._timed_out: tuple[np.ndarray, np.ndarray] | None = None  # the clock's censored clients this round
 
     @property
     def costs(self) -> Costs:
@@ -530,12 +531,16 @@ class SimulationOracle(ClientOracle):
     def train_chosen(self, ids: np.ndarray) -> Generator[TrainingRequest, Any, Reports]:
         """The round's transport (:class:`fedselect.round.Transport`): :meth:`run_selection` as reports,
         with each reporter's observed seconds (with a clock) and mean squared per-sample loss (when asked)."""
+        self._timed_out = None
         reporters, updates, losses = yield from self._run_selection_steps(ids)
-        durations = None if self.clock is None else self.clock.spent[reporters].copy()
+        durations = timed_out = after = None
+        if self.clock is not None:
+            durations = self.clock.spent[reporters].copy()
+            timed_out, after = self._timed_out if self._timed_out is not None else (np.zeros(0, np.int64), np.zeros(0))
         sq = None
         if self._sample_losses:
             sq = np.array([self._sample_sq[int(k)] for k in reporters.tolist()], dtype=np.float64)
-        return Reports(reporters, updates, losses, self._n_samples[reporters], durations, sq)
+        return Reports(reporters, updates, losses, self._n_samples[reporters], durations, sq, timed_out, after)
 
     def aggregate_buffers(self, reporters: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor] | None:
         """The global buffers averaged over ``reporters`` (:func:`aggregate_buffers`); None without buffers."""
@@ -597,6 +602,7 @@ class SimulationOracle(ClientOracle):
             stay = ~np.isin(todo, settled.drop)
             todo = todo[stay]
             batches = [b for b, s in zip(batches, stay.tolist()) if s]
+        self._timed_out = (settled.timed_out, settled.timed_out_after)
         return todo, batches, settled.cut
 
 

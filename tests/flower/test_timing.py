@@ -220,12 +220,13 @@ class PolledGrid(LocalGrid):
 def test_a_polled_grid_times_each_reply_by_the_servers_first_sight_of_it(fed8):
     """On a grid without ``timed_send_and_receive`` (a deployment's) the server polls: a reply visible after
     0.3 s measures 0.3 s and a pause of 5 % of that (Flower's own send_and_receive pauses 3 s between pulls);
-    a lost reply is waited for until the timeout, and its client fails."""
+    a lost reply is waited for until the timeout, and its client fails, timed out (an error reply only fails)."""
     delay, timeout = 0.3, 1.0
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = PolledGrid(clients.client_app(), fed8.n_clients, seed=5, delays={2: delay})
     lost = grid.node_of_partition(5)
     grid.faults[lost] = lambda m: "timeout" if m.metadata.message_type == "train" else None
+    grid.faults[grid.node_of_partition(6)] = lambda m: "error" if m.metadata.message_type == "train" else None
     strategy = SelectorStrategy(
         Everyone(),
         clients_per_round=8,
@@ -239,9 +240,11 @@ def test_a_polled_grid_times_each_reply_by_the_servers_first_sight_of_it(fed8):
         warnings.simplefilter("ignore", FlowerRoundWarning)
         strategy.start(grid, clients.initial_arrays(), num_rounds=2)
     for rec, fb in zip(strategy.rounds_, strategy.selector_.feedbacks_):
-        assert rec.failed == [5] and sorted(rec.reply_seconds) == rec.reported == [0, 1, 2, 3, 4, 6, 7]
+        assert rec.failed == [5, 6] and sorted(rec.reply_seconds) == rec.reported == [0, 1, 2, 3, 4, 7]
         assert delay <= rec.reply_seconds[2] <= delay + 0.05
         assert all(s < grid.push_seconds + 0.05 < delay for k, s in rec.reply_seconds.items() if k != 2)
         assert timeout <= rec.wall_seconds < timeout + 0.5
         assert fb.durations.tolist() == [rec.reply_seconds[k] for k in fb.clients.tolist()]
+        # the lost reply is a censored observation (waited for until the timeout); the error reply a failure
+        assert fb.timed_out.tolist() == [5] and timeout <= fb.timed_out_after[0] < timeout + 0.5
     assert grid.pulls < 200  # about 70 per second-long exchange, then at most one a second

@@ -1,9 +1,10 @@
 """Oort (OortSelector) and the deadline-aware random baseline, driven by synthetic feedback.
 
-No runtime supplies ``durations`` and ``sample_loss_sq`` yet (the clock is built elsewhere), so
-:class:`ClockedOracle` adds them to :class:`~fedselect.testing.SyntheticOracle`'s feedback: each
-client has a fixed speed, its duration is that speed, and its mean squared per-sample loss is
-its loss on w^t squared. It also plays over-commitment as a clock-aware round will: of the m
+The simulator's clock supplies ``durations``, ``sample_loss_sq`` and ``timed_out`` (tests/test_clock.py);
+here, to control them exactly, :class:`ClockedOracle` adds the first two to
+:class:`~fedselect.testing.SyntheticOracle`'s feedback: each client has a fixed speed, its
+duration is that speed, and its mean squared per-sample loss is its loss on w^t squared. It also
+plays over-commitment as a clock-aware round will: of the m
 chosen, the n fastest report.
 """
 
@@ -658,3 +659,130 @@ def test_two_instances_share_no_state():
         mixed.append(oa.play(a, 4, 1, start=t)[0])
         ob.play(b, 6, 1, start=t)
     assert mixed == solo and a.threshold_ == alone.threshold_ and a.exploit_history_ == alone.exploit_history_
+
+
+# -- censored observations: clients the server stopped waiting for ---------------------------------------
+def test_timed_out_fields_are_validated_and_read_only():
+    fb = _fb(timed_out=[5, 7], timed_out_after=[3.0, 3.0])
+    assert fb.timed_out.dtype == np.int64 and fb.timed_out_after.dtype == np.float64
+    with pytest.raises(ValueError, match="read-only"):
+        fb.timed_out[0] = 1
+    assert _fb(timed_out=np.zeros(0), timed_out_after=np.zeros(0)).timed_out.dtype == np.int64
+    with pytest.raises(ValueError, match="come together"):
+        _fb(timed_out=[5])
+    with pytest.raises(ValueError, match="come together"):
+        _fb(timed_out_after=[1.0])
+    with pytest.raises(ValueError, match="timed_out must not contain clients that reported"):
+        _fb(timed_out=[2], timed_out_after=[1.0])
+    with pytest.raises(ValueError, match="timed_out_after has 1 entries for 2 timed-out clients"):
+        _fb(timed_out=[5, 7], timed_out_after=[1.0])
+    for bad in ([1.5], [True], [[5]]):
+        with pytest.raises(ValueError, match="timed_out must be a 1-D array of client ids"):
+            _fb(timed_out=bad, timed_out_after=[1.0] * np.asarray(bad).size)
+    for bad in ([-1.0], [np.nan], [np.inf]):
+        with pytest.raises(ValueError, match="timed_out_after must be a 1-D array of finite numbers >= 0"):
+            _fb(timed_out=[5], timed_out_after=bad)
+
+
+def _late(**kw):
+    """Feedback of round 0: clients 0 and 2 reported after 1 s and 2 s; ``kw`` adds the timed-out ones."""
+    return _fb(durations=[1.0, 2.0], sample_loss_sq=[1.0, 4.0], **kw)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: _fitted([10] * 6), lambda: DeadlineRandomSelector(deadline=5.0).fit(ClientPool([10] * 6))]
+)
+def test_a_timed_out_client_has_a_censored_duration(make):
+    sel = make()
+    sel.update(_late(timed_out=[3, 4], timed_out_after=[5.0, 5.0]))
+    assert sel.duration_[[0, 2, 3, 4]].tolist() == [1.0, 2.0, 5.0, 5.0] and np.isnan(sel.duration_[[1, 5]]).all()
+    assert sel.censored_.tolist() == [False, False, False, True, True, False]
+    # a later, shorter wait says less than the bound known; a longer one raises it; a reply replaces it
+    sel.update(
+        _fb(
+            round=1,
+            clients=np.array([0, 4]),
+            weights=np.ones(2),
+            losses=np.ones(2),
+            n_samples=np.ones(2, int),
+            durations=[1.0, 4.5],
+            sample_loss_sq=[1.0, 1.0],
+            timed_out=[3, 2],
+            timed_out_after=[2.0, 6.0],
+        )
+    )
+    assert sel.duration_[[2, 3, 4]].tolist() == [6.0, 5.0, 4.5]
+    assert sel.censored_[[2, 3, 4]].tolist() == [True, True, False]
+
+
+def test_deadline_random_leaves_out_clients_censored_at_the_deadline():
+    sel = DeadlineRandomSelector(deadline=5.0, random_state=0).fit(ClientPool([10] * 6))
+    oracle = SyntheticOracle(6, random_state=0)
+    # 3 timed out at the deadline (5 s: too slow), 4 was cut at 4 s (may fit), 5 still unknown
+    sel.update(_late(timed_out=[3, 4], timed_out_after=[5.0, 4.0]))
+    seen = set()
+    for t in range(1, 80):
+        seen |= set(sel.select(3, round=t, oracle=oracle).clients.tolist())
+    assert seen == {0, 1, 2, 4, 5}
+    sel.update(
+        _fb(
+            round=80,
+            clients=np.array([3]),
+            weights=np.ones(1),
+            losses=np.ones(1),
+            n_samples=np.ones(1, int),
+            durations=[5.0],
+        )
+    )
+    assert not sel.censored_[3]  # a reply in exactly 5 s fits the deadline again
+    assert any(3 in sel.select(3, round=t, oracle=oracle).clients for t in range(81, 120))
+
+
+def test_oort_explores_every_timed_out_client_with_the_rounds_mean_reward():
+    """FedScale's round_completion_handler: stragglers get the round's mean utility and count as explored."""
+    sel = _fitted([10] * 8)
+    sel.update(_late(timed_out=[3, 4, 5], timed_out_after=[7.0, 7.0, 7.0]))
+    mean = np.mean(10 * np.sqrt([1.0, 4.0]))
+    np.testing.assert_allclose(sel.reward_[[3, 4, 5]], mean)
+    assert sel.explored_[[0, 2, 3, 4, 5]].all() and not sel.explored_[[1, 6, 7]].any()
+    assert sel.count_.tolist() == [1, 0, 1, 1, 1, 1, 0, 0] and sel.duration_[[3, 4, 5]].tolist() == [7.0] * 3
+    sel = _fitted([10] * 8)  # nobody reported: the mean of no utility is 0 (FedScale's max(1, len) guard)
+    sel.update(
+        _fb(
+            clients=np.zeros(0, int),
+            weights=np.zeros(0),
+            losses=np.zeros(0),
+            n_samples=np.zeros(0, int),
+            durations=np.zeros(0),
+            timed_out=[1],
+            timed_out_after=[3.0],
+        )
+    )
+    assert sel.reward_[1] == 0.0 and sel.explored_[1] and sel.duration_[1] == 3.0
+
+
+def test_with_a_deadline_the_system_aware_schemes_learn_the_stragglers(digits_fed):
+    """The gap the time reproduction found: a straggler that never reports used to stay unknown, so
+    deadline-random chose exactly what random chose and Oort never marked it explored."""
+    fed = dataclasses.replace(
+        digits_fed, profiles=fedselect.profiles.sample_profiles(digits_fed.n_clients, random_state=0)
+    )
+    kw = dict(model="logistic", clients_per_round=4, rounds=10, local_steps=2, clock=True, deadline=2.0, random_state=0)
+    runs = {}
+    for name, sel in [
+        ("random", "random"),
+        ("deadline", DeadlineRandomSelector(deadline=2.0, random_state=0)),
+        ("oort", OortSelector(random_state=0)),
+    ]:
+        tr = fedselect.FederatedTrainer(selector=sel, **kw).fit(fed)
+        runs[name] = tr
+    rounds = {k: tr.history_.rounds for k, tr in runs.items()}
+    assert [r.clients for r in rounds["deadline"]] != [r.clients for r in rounds["random"]]
+    for name in ("deadline", "oort"):
+        sel = runs[name].selector_
+        late = sorted({k for r in rounds[name] for k in r.failed})
+        assert late and sel.censored_[late].all() and (sel.duration_[late] >= 2.0).all()
+    assert runs["oort"].selector_.explored_[late].all()
+    failed = {k: [len(r.failed) for r in rounds[k]] for k in rounds}
+    # 6 of the 12 clients take longer than 2 s: once each was tried, deadline-random leaves them out
+    assert sum(failed["deadline"][5:]) == 0 and sum(failed["random"][5:]) >= 3
