@@ -9,7 +9,10 @@ os.environ.setdefault("FLWR_HOME", tempfile.mkdtemp(prefix="fedselect-flwr-home-
 
 pytest.importorskip("flwr")
 
+import numpy as np
+
 from fedselect import make_federation
+from fedselect.selection import BaseSelector, Selection
 
 TRAIN = dict(model="mlp", local_steps=3, batch_size=16, lr=0.05)
 
@@ -43,6 +46,26 @@ def recording(cls):
 
     Recording.__name__ = cls.__name__
     return Recording
+
+
+class Everyone(BaseSelector):
+    """Chooses every client each round and keeps each feedback (``feedbacks_``); ``needs`` as given."""
+
+    def __init__(self, needs=("durations",)):
+        self.needs_ = needs
+
+    @property
+    def needs(self):  # type: ignore[override]
+        return frozenset(self.needs_)
+
+    def _fit(self, pool):
+        self.feedbacks_ = []
+
+    def _select(self, n, *, round, oracle):
+        return Selection(np.arange(self.n_clients_))
+
+    def _update(self, feedback):
+        self.feedbacks_.append(feedback)
 
 
 def round_messages(grid, t):

@@ -23,7 +23,7 @@ from fedselect.flower import _protocol as P
 from fedselect.selection import BaseSelector, Selection
 from fedselect.selectors.oort import OortSelector
 
-from .conftest import TRAIN, recording
+from .conftest import TRAIN, Everyone, recording
 
 TRAINING = ("train", P.UPDATE)
 
@@ -296,22 +296,9 @@ def test_a_fabricated_sample_loss_wins_oort_unless_the_loss_rule_is_on():
     assert defended <= honest + 3
 
 
-class Everyone(BaseSelector):
-    """Chooses every client each round and keeps the sample losses it learns (``seen_``)."""
-
-    needs = frozenset({"sample_losses"})
-
-    def __init__(self):
-        pass
-
-    def _fit(self, pool):
-        self.seen_ = []
-
-    def _select(self, n, *, round, oracle):
-        return Selection(np.arange(self.n_clients_))
-
-    def _update(self, feedback):
-        self.seen_.append(dict(zip(feedback.clients.tolist(), feedback.sample_loss_sq.tolist())))
+def _seen(selector):
+    """The sample losses ``selector`` learnt, one dict (client -> value) per round."""
+    return [dict(zip(fb.clients.tolist(), fb.sample_loss_sq.tolist())) for fb in selector.feedbacks_]
 
 
 def test_the_history_rule_holds_a_sudden_sample_loss_lie_to_the_clients_own_past(fed8):
@@ -328,11 +315,13 @@ def test_the_history_rule_holds_a_sudden_sample_loss_lie_to_the_clients_own_past
 
         return answer
 
-    strategy, _, _ = _flower(fed8, Everyone(), app=late_lie, rounds=5, clients_per_round=8, loss_clip_history=2.0)
-    seen = strategy.selector_.seen_
+    strategy, _, _ = _flower(
+        fed8, Everyone(needs=("sample_losses",)), app=late_lie, rounds=5, clients_per_round=8, loss_clip_history=2.0
+    )
+    seen = _seen(strategy.selector_)
     cap = 4.0 * np.median([s[7] for s in seen[:3]])
     assert seen[3][7] == pytest.approx(cap) and seen[4][7] == pytest.approx(cap)
     plain, _, _ = _flower(
-        fed8, Everyone(), rounds=2, clients_per_round=8, loss_clip_history=2.0
+        fed8, Everyone(needs=("sample_losses",)), rounds=2, clients_per_round=8, loss_clip_history=2.0
     )  # honest answers pass unclipped
-    assert [s[7] for s in plain.selector_.seen_] == [s[7] for s in seen[:2]]
+    assert [s[7] for s in _seen(plain.selector_)] == [s[7] for s in seen[:2]]

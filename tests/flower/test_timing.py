@@ -18,7 +18,7 @@ from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, S
 from fedselect.selection import BaseSelector, Selection
 from fedselect.simulation import RoundRecord
 
-from .conftest import TRAIN
+from .conftest import TRAIN, Everyone
 
 SLOW = 0.4  # seconds a slow client sleeps before answering
 
@@ -136,24 +136,6 @@ def test_clients_trained_for_an_oracle_question_have_their_reply_seconds(fed8):
         assert rec.reported == [0, 1] and rec.traffic["train"].messages_down == 0  # trained already: no message
         assert sorted(rec.reply_seconds) == list(range(8))  # everyone trained this round, for the oracle
         assert rec.reply_seconds[6] >= SLOW and rec.wall_seconds >= SLOW
-
-
-class Everyone(BaseSelector):
-    """Chooses every client; needs the durations, and keeps each feedback (``feedbacks_``)."""
-
-    needs = frozenset({"durations"})
-
-    def __init__(self):
-        pass
-
-    def _fit(self, pool):
-        self.feedbacks_ = []
-
-    def _select(self, n, *, round, oracle):
-        return Selection(np.arange(self.n_clients_))
-
-    def _update(self, feedback):
-        self.feedbacks_.append(feedback)
 
 
 def test_a_replys_timestamp_is_never_read_its_seconds_are_the_servers_own(fed8):
