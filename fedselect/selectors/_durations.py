@@ -73,9 +73,16 @@ class DurationKnowledge:
             self.duration_ = np.where(np.isnan(self.duration_), declared, self.duration_)
             self.declared_ = True
 
+    def _ensure_censored(self) -> np.ndarray:
+        """``censored_``, made (all False) for a selector restored from a checkpoint written before it existed."""
+        if not hasattr(self, "censored_"):
+            self.censored_ = np.zeros(self.duration_.size, dtype=bool)
+        return self.censored_
+
     def _observe_durations(self, feedback: RoundFeedback, ids: np.ndarray) -> np.ndarray:
         """Record the durations the server measured for the reporters ``ids`` and the lower bounds of the
         clients it stopped waiting for (when the feedback has them); return the latter's ids."""
+        self._ensure_censored()
         if feedback.durations is not None:
             self.duration_[ids] = np.asarray(feedback.durations, dtype=np.float64)
             self.censored_[ids] = False

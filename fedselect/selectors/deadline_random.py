@@ -119,7 +119,7 @@ class DeadlineRandomSelector(DurationKnowledge, BaseSelector):
             self.deadline_ = float(known[min(int(known.size * float(self.quantile)), known.size - 1)])
         else:
             self.deadline_ = np.inf
-        fits = np.isnan(e) | ((e <= self.deadline_) & ~(self.censored_ & (e >= self.deadline_)))
+        fits = np.isnan(e) | ((e <= self.deadline_) & ~(self._ensure_censored() & (e >= self.deadline_)))
         candidates = np.flatnonzero(fits)
         if candidates.size >= n:
             return Selection(self.rng_.choice(candidates, size=n, replace=False).astype(np.int64))

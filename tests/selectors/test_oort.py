@@ -786,3 +786,15 @@ def test_with_a_deadline_the_system_aware_schemes_learn_the_stragglers(digits_fe
     failed = {k: [len(r.failed) for r in rounds[k]] for k in rounds}
     # 6 of the 12 clients take longer than 2 s: once each was tried, deadline-random leaves them out
     assert sum(failed["deadline"][5:]) == 0 and sum(failed["random"][5:]) >= 3
+
+
+@pytest.mark.parametrize("cls", [OortSelector, DeadlineRandomSelector])
+def test_a_state_saved_before_censored_durations_existed_still_resumes(cls):
+    sel = cls(random_state=0).fit(ClientPool([10] * 6))
+    state = sel.__getstate__()
+    del state["censored_"]  # what a checkpoint of an earlier version holds
+    old = cls(random_state=0)
+    old.__setstate__(state)
+    old.select(2, round=1, oracle=SyntheticOracle(6, random_state=0))
+    old.update(_late(timed_out=[3], timed_out_after=[5.0]))
+    assert old.censored_.tolist() == [False, False, False, True, False, False]
