@@ -198,7 +198,8 @@ class Settlement:
     timed_out : ndarray of int
         The chosen clients the server stopped waiting for without a reply (what it sees): the
         stragglers past the deadline, the cut clients, and, with a deadline, the clients that
-        failed silently (it cannot tell them from stragglers). Clients seen to drop are not in it.
+        failed silently (it cannot tell them from stragglers). Clients seen to drop (offline when
+        their update was due, before the exchange ended) are not in it.
     timed_out_after : ndarray of float
         For each ``timed_out`` client, its seconds in this round's earlier exchanges plus the
         exchange's length: how long the server had waited for it, a lower bound on its duration.
@@ -337,6 +338,7 @@ class RoundClock:
             waited = bool(dead.any())
             silent |= dead
         drop = np.zeros(c.size, dtype=bool)
+        gone = np.zeros(c.size, dtype=bool)
         tracker = self.clock._tracker
         gone_at = 0.0
         if tracker is not None:
@@ -344,7 +346,6 @@ class RoundClock:
             end = self.start + self.elapsed + t
             check = ok & (end >= tracker.until[c])
             if check.any():
-                gone = np.zeros(c.size, dtype=bool)
                 gone[check] = ~tracker.av.available(c[check], end[check])
                 if gone.any():
                     drop |= gone
@@ -371,7 +372,7 @@ class RoundClock:
         wait = float(t[ok].max()) if n_ok else 0.0
         if waited and not (keep is not None and n_ok == keep):
             wait = deadline if deadline is not None else max(wait, gone_at)
-        silent |= cut
+        silent |= cut | (gone & (t > wait))  # due after the server stopped waiting: it never saw the drop
         self.spent[c[ok]] += t[ok]
         self.elapsed += wait
         timed_out = c[silent]

@@ -416,7 +416,11 @@ class RoundFeedback:
                     f"RoundFeedback.timed_out must be a 1-D array of client ids (integers); got shape {ids.shape}, "
                     f"dtype {ids.dtype}"
                 )
+            if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int64).max):
+                raise ValueError(f"RoundFeedback.timed_out holds client ids outside [0, 2**63): {ids.tolist()[:5]}")
             ids = ids.astype(np.int64)
+            if np.unique(ids).size != ids.size:
+                raise ValueError(f"RoundFeedback.timed_out repeats a client: {ids.tolist()[:10]}")
             if np.intersect1d(ids, np.asarray(self.clients, dtype=np.int64)).size:
                 raise ValueError("RoundFeedback.timed_out must not contain clients that reported")
             object.__setattr__(self, "timed_out", ids)

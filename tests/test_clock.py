@@ -326,6 +326,13 @@ def test_unit_who_the_server_stops_waiting_for():
     clock = SimulatedClock(SystemProfiles([1.0, 1.0], [1e12] * 2, [1e12] * 2, None, av), model_size=1, deadline=50.0)
     s = clock.start_round().settle([0, 1], train_samples=1)
     assert s.drop.tolist() == [1] and s.timed_out.tolist() == []  # offline when its update was due: seen to drop
+    # offline before its update was due but after the server stopped waiting (the deadline; the keep-th completion)
+    av = Availability.from_intervals([[(0.0, 100.0)], [(0.0, 8.0)], [(0.0, 100.0)]])
+    p3 = SystemProfiles([1.0, 3.0, 1.0], [1e12] * 3, [1e12] * 3, None, av)  # due at 3, 9, 3 s
+    s = SimulatedClock(p3, model_size=1, deadline=7.0).start_round().settle([0, 1], train_samples=1)
+    assert s.drop.tolist() == [1] and s.timed_out.tolist() == [1] and s.timed_out_after.tolist() == [7.0]
+    s = SimulatedClock(p3, model_size=1).start_round().settle([0, 1, 2], train_samples=1, keep=2)
+    assert s.drop.tolist() == [1] and s.timed_out.tolist() == [1] and s.timed_out_after.tolist() == [3.0]
 
 
 def test_unit_nobody_online_waits_for_the_first():

@@ -43,7 +43,9 @@ class LocalGrid(Grid):
         ``faults[node_id](message)`` returns None (answer normally), ``"timeout"`` (no reply:
         the message is lost as if the timeout expired) or ``"error"`` (an error reply, as a
         SuperNode sends when the ClientApp raises). Exceptions raised by a ClientApp also
-        become error replies.
+        become error replies. A reply whose ``src_node_id`` is not the node the message went
+        to, or whose ``reply_to_message_id`` is not that message's, is lost, as a SuperLink
+        refuses it.
     sent : list of Message
         Every message pushed, in order.
     apps : dict of int to callable
@@ -173,8 +175,13 @@ class LocalGrid(Grid):
         if action is not None:
             raise ValueError(f"LocalGrid: a fault returned {action!r}; expected None, 'timeout' or 'error'")
         try:
-            return self.apps.get(node, self._app)(msg, self.contexts[node])
+            reply = self.apps.get(node, self._app)(msg, self.contexts[node])
         except Exception as exc:  # a SuperNode turns a raising ClientApp into an error reply
             return Message(
                 Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg
             )
+        try:  # a SuperLink refuses a reply that is not from the node the message went to, or not to that message
+            ok = reply.metadata.src_node_id == node and reply.metadata.reply_to_message_id == msg.metadata.message_id
+        except Exception:
+            ok = False
+        return reply if ok else None

@@ -414,7 +414,8 @@ class FlowerOracle(ClientOracle):
         ``"sample_losses"``, what each sent with its update (one scalar up per reporter, charged
         as the simulator charges it), after the opt-in loss rules. Clients sent a train message
         that sent nothing back within the round's wait (not even an error) are ``timed_out``,
-        with the seconds waited as the lower bound on their durations.
+        with the seconds waited as the lower bound on their durations (``train_timeout`` under
+        :meth:`SelectorStrategy.start`, else the wait measured between the messages and the replies).
         """
         st, led, t = self._st, self._led, self.round
         server_round = t + 1
@@ -527,7 +528,9 @@ class FlowerOracle(ClientOracle):
             )
             led.record_scalars_up(int(reported.size))
         timed_out = np.array([k for k in silent if k not in set(reported.tolist())], dtype=np.int64)
-        after = np.full(timed_out.size, float(waited))
+        # start() waited train_timeout for a silent client (a grid that times itself, LocalGrid, knows at once that
+        # a message is lost, "as if the timeout expired"); replies sent in by another loop: the wait measured here
+        after = np.full(timed_out.size, float(waited) if st._train_wait is None else max(float(waited), st._train_wait))
         if not reported.size:
             return Reports(
                 reported,
@@ -915,6 +918,7 @@ class SelectorStrategy(Strategy):
         self._wall = 0.0  # this round's measured seconds waiting on clients (wall_seconds)
         self._reply_seconds: dict[int, float] = {}  # this round's training replies' measured seconds
         self._train_arrivals: dict[int, float] = {}  # id(reply) -> seconds, from start()'s training exchange
+        self._train_wait: float | None = None  # start()'s train_timeout while its replies are aggregated
         self._sq_history: dict[int, list[float]] = {}  # each client's earlier sample_loss_sq (loss_clip_history)
         self.rounds_: list[FlowerRound] = []
         self._pending: dict[str, Any] | None = None
@@ -1164,7 +1168,11 @@ class SelectorStrategy(Strategy):
             messages = list(self.configure_train(server_round, arrays, train_config, grid))
             timed = self._send_and_receive(grid, messages, float(self.train_timeout)) if messages else []
             self._train_arrivals = {id(m): s for m, s in timed}  # read by the round's transport (train_chosen)
-            new_arrays, metrics = self.aggregate_train(server_round, [m for m, _ in timed])
+            self._train_wait = float(self.train_timeout)  # what a client that sent nothing back was waited for
+            try:
+                new_arrays, metrics = self.aggregate_train(server_round, [m for m, _ in timed])
+            finally:
+                self._train_wait = None
             if new_arrays is not None:
                 arrays = result.arrays = new_arrays
             if metrics is not None:
@@ -1445,7 +1453,10 @@ class SelectorStrategy(Strategy):
             now = time.monotonic()
             for msg in replies:
                 out.append((msg, now - start))
-                pending.discard(msg.metadata.reply_to_message_id)
+                try:  # a reply's metadata is the client's: one that cannot be read is still waited for
+                    pending.discard(msg.metadata.reply_to_message_id)
+                except Exception:
+                    continue
             if not pending or now >= deadline:
                 break
             time.sleep(max(0.0, min(max(_POLL_MIN, _POLL_FRACTION * (now - start)), _POLL_MAX, deadline - now)))

@@ -79,19 +79,23 @@ class DurationKnowledge:
             self.censored_ = np.zeros(self.duration_.size, dtype=bool)
         return self.censored_
 
-    def _observe_durations(self, feedback: RoundFeedback, ids: np.ndarray) -> np.ndarray:
+    def _timed_out_ids(self, feedback: RoundFeedback) -> np.ndarray:
+        """The feedback's ``timed_out`` clients, checked against the pool (before ``update`` writes anything)."""
+        if feedback.timed_out is None or not feedback.timed_out.size:
+            return np.zeros(0, dtype=np.int64)
+        return check_client_ids(feedback.timed_out, self.n_clients_, what=f"{type(self).__name__}.update (timed_out)")
+
+    def _observe_durations(self, feedback: RoundFeedback, ids: np.ndarray, late: np.ndarray) -> None:
         """Record the durations the server measured for the reporters ``ids`` and the lower bounds of the
-        clients it stopped waiting for (when the feedback has them); return the latter's ids."""
+        clients ``late`` it stopped waiting for (:meth:`_timed_out_ids`), when the feedback has them."""
         self._ensure_censored()
         if feedback.durations is not None:
             self.duration_[ids] = np.asarray(feedback.durations, dtype=np.float64)
             self.censored_[ids] = False
-        if feedback.timed_out is None or feedback.timed_out_after is None or not feedback.timed_out.size:
-            return np.zeros(0, dtype=np.int64)
-        late = check_client_ids(feedback.timed_out, self.n_clients_, what=f"{type(self).__name__}.update")
+        if not late.size or feedback.timed_out_after is None:
+            return
         bound = np.asarray(feedback.timed_out_after, dtype=np.float64)
         known = self.duration_[late]
         raise_to = np.isnan(known) | (bound >= known)  # the bound says more than what was known
         self.duration_[late[raise_to]] = bound[raise_to]
         self.censored_[late[raise_to]] = True
-        return late

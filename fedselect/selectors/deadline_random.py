@@ -133,7 +133,7 @@ class DeadlineRandomSelector(DurationKnowledge, BaseSelector):
     def _update(self, feedback: RoundFeedback) -> None:
         if feedback.durations is not None or feedback.timed_out is not None:
             ids = check_client_ids(feedback.clients, self.n_clients_, what=f"{type(self).__name__}.update")
-            self._observe_durations(feedback, ids)
+            self._observe_durations(feedback, ids, self._timed_out_ids(feedback))
 
 
 @hookimpl

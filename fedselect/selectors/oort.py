@@ -103,10 +103,9 @@ class OortSelector(DurationKnowledge, BaseSelector):
        U_i * (T / t_i)^alpha, drawn in proportion; a shortfall is filled uniformly.
 
     Durations come from ``feedback.durations`` (observed), else ``profiles`` (declared); unknown ones get no
-    penalty: without a clock Oort is its statistical part. Over-commitment returns m > n clients. A client
-    the server stopped waiting for (``feedback.timed_out``: cut by over-commitment, past a deadline) is
-    explored with the round's mean reward, as FedScale's aggregator treats stragglers [3]_, and its
-    duration is at least the time waited (FedScale reads the true one from its traces; a server cannot).
+    penalty: without a clock Oort is its statistical part. Over-commitment returns m > n clients. A
+    straggler (``feedback.timed_out``) is explored with the round's mean reward, as FedScale's aggregator
+    does [3]_, and a duration of at least the time waited (FedScale reads its traces; a server cannot).
 
     **Costs.** Nothing asked of the oracle (``profiles``: the model size, free); one scalar up per
     reporter with its update; O(N) state and time per round.
@@ -123,22 +122,21 @@ class OortSelector(DurationKnowledge, BaseSelector):
         alpha, the exponent of the system penalty (0: no penalty).
     round_threshold : float or None, default=None
         Initial percentile of durations that sets T, in [0, 100] (None: 10 / 30).
-    pacer_step : int, default=20
-        W, calls between pacer decisions.
-    pacer_delta : float, default=5.0
-        Threshold step of the pacer.
+    pacer_step, pacer_delta : int, float, default=20, 5.0
+        W, calls between pacer decisions, and the threshold's step.
     cut_off_util : float or None, default=None
         Fraction of the (E+1)-th best score kept for the draw (None: 0.7 / 0.05).
     clip_bound : float or None, default=None
         Quantile at which rewards are clipped (None: 0.98 / 0.9).
-    blacklist_rounds : int or None, default=None
-        Exclude clients chosen more than this many times from exploitation (None: no blacklist).
-    blacklist_max_len : float, default=0.3
-        At most this fraction of N is blacklisted.
+    blacklist_rounds, blacklist_max_len : int or None, float, default=None, 0.3
+        Exclude clients chosen more than this many times (None: never), at most this fraction of N.
     sample_window : float, default=5.0
         Exploration keeps the top ``sample_window`` x (places left) unexplored clients.
     overcommit : float or None, default=None
         Clients chosen per client requested, >= 1 (None: 1.1 / 1.3).
+    straggler_reward : {"capped", "mean"}, default="capped"
+        A straggler's reward: the round's mean (FedScale's; a silent client gains it), or (``"capped"``) that
+        mean capped at its own earlier reward, 0 if it never delivered before; "capped" treats failures alike.
     samples_per_round : int or None, default=None
         S = local steps x batch size, the utility's cap on n_i (None: n_i, one local epoch).
     profiles : SystemProfiles or None, default=None
@@ -148,15 +146,14 @@ class OortSelector(DurationKnowledge, BaseSelector):
 
     Attributes
     ----------
-    reward_, duration_, last_round_, count_, explored_, scores_ : ndarray, shape (n_clients,)
-        Per-client state (duration NaN while unknown) and the latest scores (NaN: no candidate).
+    reward_, duration_, last_round_, count_, explored_, censored_, utility_known_, scores_ : ndarray
+        Per client: state (duration NaN while unknown, ``censored_``: a lower bound) and latest scores.
     epsilon_, threshold_, preferred_duration_, overcommit_ : float
         Epsilon, pacer threshold and T after the latest call; the resolved over-commitment.
 
     References
     ----------
-    .. [1] Lai, F., Zhu, X., Madhyastha, H. V., Chowdhury, M. "Oort: Efficient Federated Learning via Guided
-       Participant Selection." OSDI 2021.
+    .. [1] Lai, F. et al. "Oort: Efficient Federated Learning via Guided Participant Selection." OSDI 2021.
     .. [2] github.com/SymbioticLab/Oort, ``oort/oort.py`` and ``training/``.
     .. [3] github.com/SymbioticLab/FedScale, ``thirdparty/oort/oort.py`` and ``fedscale/cloud/``.
 
@@ -188,6 +185,7 @@ class OortSelector(DurationKnowledge, BaseSelector):
         blacklist_max_len: float = 0.3,
         sample_window: float = 5.0,
         overcommit: float | None = None,
+        straggler_reward: str = "capped",
         samples_per_round: int | None = None,
         profiles: SystemProfiles | None = None,
         random_state: Any = None,
@@ -206,6 +204,7 @@ class OortSelector(DurationKnowledge, BaseSelector):
         self.blacklist_max_len = blacklist_max_len
         self.sample_window = sample_window
         self.overcommit = overcommit
+        self.straggler_reward = straggler_reward
         self.samples_per_round = samples_per_round
         self.profiles = profiles
         self.random_state = random_state
@@ -226,6 +225,7 @@ class OortSelector(DurationKnowledge, BaseSelector):
         "blacklist_max_len": [_unit],
         "sample_window": [Interval(Real, 1, None, closed="left")],
         "overcommit": [None, Interval(Real, 1, None, closed="left")],
+        "straggler_reward": [StrOptions(("capped", "mean"))],
         "samples_per_round": [None, Interval(Integral, 1, None, closed="left")],
         "profiles": [None, InstanceOf(SystemProfiles, "a fedselect.profiles.SystemProfiles")],
         "random_state": ["random_state"],
@@ -256,6 +256,7 @@ class OortSelector(DurationKnowledge, BaseSelector):
         self.last_round_ = np.zeros(N, dtype=np.int64)
         self.count_ = np.zeros(N, dtype=np.int64)
         self.explored_ = np.zeros(N, dtype=bool)
+        self.utility_known_ = np.zeros(N, dtype=bool)
         self.successful_ = np.zeros(N, dtype=bool)  # reported since the pacer last looked
         self.epsilon_ = float(self.exploration_factor)
         self.exploration_min_ = float(self.resolved("exploration_min"))
@@ -379,6 +380,7 @@ class OortSelector(DurationKnowledge, BaseSelector):
     # -- update -----------------------------------------------------------------------------
     def _update(self, feedback: RoundFeedback) -> None:
         ids = check_client_ids(feedback.clients, self.n_clients_, what=f"{type(self).__name__}.update")
+        late = self._timed_out_ids(feedback)  # checked before anything is written
         t = int(feedback.round)
         if feedback.sample_loss_sq is not None:
             util = np.sqrt(np.asarray(feedback.sample_loss_sq, dtype=np.float64))
@@ -387,15 +389,22 @@ class OortSelector(DurationKnowledge, BaseSelector):
         ok = np.isfinite(util)
         new = self.bin_[ids] * util
         self.reward_[ids[ok]] = new[ok]
-        late = self._observe_durations(feedback, ids)
+        self._utility_known()[ids[ok]] = True
+        self._observe_durations(feedback, ids, late)
         self._reported(ids, t)
         pending, self.pending_ = self.pending_, None
         if feedback.timed_out is not None:
             # FedScale's round_completion_handler: every straggler (a client the server stopped waiting for) counts
             # as explored, with the round's mean reward (0 when nobody reported); its duration is the bound just set
+            mean = float(new[ok].mean()) if ok.any() else 0.0
             if late.size:
-                self.reward_[late] = float(new[ok].mean()) if ok.any() else 0.0
-                self._reported(late, t)
+                self._straggled(late, mean, t)
+            if self.straggler_reward == "capped" and pending is not None and pending[0] == t:
+                # a chosen client that failed (an error, a bad reply) delivered nothing either: left unexplored, as
+                # the official code leaves it, a client that always fails would be explored again and again
+                failed = np.setdiff1d(pending[2], np.concatenate([ids, late]))
+                if failed.size:
+                    self._straggled(failed, mean, t)
             return
         # A runtime that gives durations but no timed_out: infer the stragglers of over-commitment as before.
         if pending is None or pending[0] != t or feedback.durations is None or not ok.any():
@@ -408,8 +417,23 @@ class OortSelector(DurationKnowledge, BaseSelector):
         if n_cut > 0:
             slow = np.nan_to_num(self.duration_[absent], nan=np.inf)
             cut = absent[np.argsort(-slow, kind="stable")[:n_cut]]
-            self.reward_[cut] = float(new[ok].mean())
-            self._reported(cut, t)
+            self._straggled(cut, float(new[ok].mean()), t)
+
+    def _utility_known(self) -> np.ndarray:
+        """Which clients have reported a utility (made all False for a state saved before it existed)."""
+        if not hasattr(self, "utility_known_"):
+            self.utility_known_ = np.zeros(self.n_clients_, dtype=bool)
+        return self.utility_known_
+
+    def _straggled(self, ids: np.ndarray, mean: float, t: int) -> None:
+        """Stragglers ``ids`` of round ``t``: explored, with the round's ``mean`` reward (``straggler_reward``)."""
+        reward = np.full(ids.size, mean)
+        if self.straggler_reward == "capped":  # silence never raises a reward the client measured itself
+            known = self._utility_known()[ids]
+            reward[known] = np.minimum(self.reward_[ids[known]], mean)
+            reward[self.explored_[ids] & ~known] = 0.0  # timed out before, never delivered: no second mean
+        self.reward_[ids] = reward
+        self._reported(ids, t)
 
     def _reported(self, ids: np.ndarray, t: int) -> None:
         self.last_round_[ids] = t + 1

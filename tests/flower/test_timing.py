@@ -230,3 +230,76 @@ def test_a_polled_grid_times_each_reply_by_the_servers_first_sight_of_it(fed8):
         # the lost reply is a censored observation (waited for until the timeout); the error reply a failure
         assert fb.timed_out.tolist() == [5] and timeout <= fb.timed_out_after[0] < timeout + 0.5
     assert grid.pulls < 200  # about 70 per second-long exchange, then at most one a second
+
+
+# -- silent clients: what the server waited for them, and replies that are not what they claim ----------------------
+def silent(message):
+    """A fault: no reply to a train message."""
+    return "timeout" if message.metadata.message_type == "train" else None
+
+
+def _silent_run(fed, grid, clients, *, timeout):
+    strategy = SelectorStrategy(
+        Everyone(),
+        clients_per_round=fed.n_clients,
+        n_clients=fed.n_clients,
+        random_state=0,
+        aggregation="data-size",
+        train_timeout=timeout,
+        connect_timeout=5.0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowerRoundWarning)
+        strategy.start(grid, clients.initial_arrays(), num_rounds=1)
+    return strategy.rounds_[0], strategy.selector_.feedbacks_[0]
+
+
+def test_on_the_servers_own_grid_a_silent_client_was_waited_for_the_train_timeout(fed8):
+    """LocalGrid knows at once that a message is lost ("as if the timeout expired"): the bound is train_timeout,
+    not the seconds the other nodes took one after the other."""
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+    grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
+    grid.faults[grid.node_of_partition(5)] = silent
+    rec, fb = _silent_run(fed8, grid, clients, timeout=30.0)
+    assert rec.failed == [5] and fb.timed_out.tolist() == [5] and fb.timed_out_after.tolist() == [30.0]
+
+
+def test_a_reply_from_another_node_is_lost_as_a_superlink_refuses_it(fed8):
+    """Client 3 answers claiming to be client 5's node while 5 is silent: the reply is not 5's (5 stays a silent
+    straggler) and 3 sent nothing acceptable (it is silent too); nobody's status is swapped."""
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+    app = clients.client_app()
+    grid = LocalGrid(app, fed8.n_clients, seed=5)
+    other = grid.node_of_partition(5)
+
+    def spoofing(msg, context):
+        reply = app(msg, context)
+        if msg.metadata.message_type == "train":
+            reply.metadata.__dict__["_src_node_id"] = other
+        return reply
+
+    grid.apps[grid.node_of_partition(3)] = spoofing
+    grid.faults[other] = silent
+    rec, fb = _silent_run(fed8, grid, clients, timeout=30.0)
+    assert rec.failed == [3, 5] and fb.timed_out.tolist() == [3, 5]
+
+
+class _RaisingMetadata:
+    def __getattr__(self, name):
+        raise RuntimeError(f"boom: {name}")
+
+
+def test_a_polled_reply_whose_metadata_raises_only_loses_that_reply(fed8):
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+
+    class Hostile(PolledGrid):
+        def pull_messages(self, message_ids):
+            replies = list(super().pull_messages(message_ids))
+            for reply in replies:
+                if reply.metadata.src_node_id == self.node_of_partition(3) and reply.metadata.message_type == "train":
+                    reply.__dict__["_metadata"] = _RaisingMetadata()
+            return replies
+
+    grid = Hostile(clients.client_app(), fed8.n_clients, seed=5)
+    rec, fb = _silent_run(fed8, grid, clients, timeout=0.5)
+    assert rec.failed == [3] and rec.reported == [0, 1, 2, 4, 5, 6, 7] and fb.timed_out.tolist() == [3]

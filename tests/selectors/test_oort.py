@@ -798,3 +798,51 @@ def test_a_state_saved_before_censored_durations_existed_still_resumes(cls):
     old.select(2, round=1, oracle=SyntheticOracle(6, random_state=0))
     old.update(_late(timed_out=[3], timed_out_after=[5.0]))
     assert old.censored_.tolist() == [False, False, False, True, False, False]
+
+
+@pytest.mark.parametrize("rule", ["capped", "mean"])
+def test_going_silent_never_raises_a_reward_the_client_measured_unless_fedscales_rule_is_asked(rule):
+    sel = _fitted([10] * 8, straggler_reward=rule)
+    sel.update(_late())  # clients 0 and 2 report utilities 10 and 20
+    sel.update(
+        _fb(round=1, clients=np.array([1, 3]), weights=np.ones(2), losses=np.ones(2), n_samples=np.ones(2, int),
+            durations=[1.0, 1.0], sample_loss_sq=[9.0, 25.0], timed_out=[0, 2, 4], timed_out_after=[3.0] * 3)
+    )
+    mean = 10 * (3.0 + 5.0) / 2  # the round's reporters' mean utility: 40
+    expected = [10.0, 20.0, mean] if rule == "capped" else [mean] * 3  # client 4 never reported: the mean
+    assert sel.reward_[[0, 2, 4]].tolist() == expected
+    assert sel.utility_known_.tolist() == [True, True, True, True, False, False, False, False]
+    sel.update(
+        _fb(round=2, clients=np.array([1]), weights=np.ones(1), losses=np.ones(1), n_samples=np.ones(1, int),
+            durations=[1.0], sample_loss_sq=[4.0], timed_out=[4, 5], timed_out_after=[3.0] * 2)
+    )
+    # client 4 timed out again without ever delivering: no second mean (capped); 5's first timeout: the mean
+    assert sel.reward_[[4, 5]].tolist() == ([0.0, 20.0] if rule == "capped" else [20.0, 20.0])
+
+
+def test_a_bad_timed_out_id_is_refused_before_anything_is_written():
+    for make in (lambda: _fitted([10] * 6), lambda: DeadlineRandomSelector(deadline=5.0).fit(ClientPool([10] * 6))):
+        sel = make()
+        before = pickle.dumps(sel.__getstate__())
+        with pytest.raises(ValueError, match=r"update \(timed_out\)"):
+            sel.update(_late(timed_out=[9], timed_out_after=[5.0]))
+        assert pickle.dumps(sel.__getstate__()) == before
+    with pytest.raises(ValueError, match="repeats a client"):
+        _fb(timed_out=[3, 3], timed_out_after=[9.0, 2.0])
+    for bad in ([-1], np.array([2**64 - 1], dtype=np.uint64)):
+        with pytest.raises(ValueError, match=r"outside \[0, 2\*\*63\)"):
+            _fb(timed_out=bad, timed_out_after=[1.0])
+
+
+@pytest.mark.parametrize("rule", ["capped", "mean"])
+def test_a_client_that_always_fails_is_not_explored_for_ever_unless_fedscales_rule_is_asked(rule):
+    """The official code leaves a failed client unexplored; capped counts it as a straggler that delivered nothing."""
+    sel = _fitted([10] * 6, straggler_reward=rule, overcommit=1.0)
+    chosen = sel.select(3, round=0, oracle=SyntheticOracle(6, random_state=0)).clients
+    reporters, failed = chosen[:2], chosen[2]
+    sel.update(
+        _fb(clients=reporters, weights=np.ones(2), losses=np.ones(2), n_samples=np.ones(2, int), durations=[1.0, 1.0],
+            sample_loss_sq=[1.0, 9.0], timed_out=np.zeros(0, int), timed_out_after=np.zeros(0))
+    )
+    assert sel.explored_[failed] == (rule == "capped")
+    assert sel.reward_[failed] == (20.0 if rule == "capped" else 10.0)  # the round's mean; else its registration
