@@ -191,7 +191,10 @@ def test_a_bad_sample_loss_in_a_train_reply_fails_that_client_only(fed8, case):
         assert P.SAMPLE_LOSS_SQ in rec.rejected[2] and rec.rejected[2].isprintable() and len(rec.rejected[2]) < 300
         assert rec.costs.scalars_up == 2 * 7  # the refused reply's loss and sample loss are not charged
         assert fb.clients.tolist() == rec.reported and np.isfinite(fb.sample_loss_sq).all()
-    assert strategy.selector_.count_[2] == 0 and strategy.selector_.count_[[0, 1, 3]].min() == 3
+    sel = strategy.selector_
+    assert sel.count_[[0, 1, 3]].min() == 3 and not sel.utility_known_[2]
+    # its lie never counts as a utility: a failure that delivered nothing, its reward 0 after the first round
+    assert sel.count_[2] == 3 and sel.reward_[2] == 0.0
     assert math.isfinite(result.evaluate_metrics_serverapp[3]["test-accuracy"])
 
 
