@@ -14,13 +14,17 @@ Minibatches of client k in round t come from ``numpy.random.default_rng([seed, t
 so trials and probes never shift the main stream, and one seed gives the same run bit
 for bit.
 
-Models that are a chain of Flatten / Linear / ReLU / Dropout layers (the built-in ``logistic`` and
-``mlp``) take a hand-batched path (``baddbmm`` instead of ``vmap``) on which a client whose local
-steps are done stops computing (clients are ordered by their number of steps, so the active ones
-are a prefix of the batch) while its dropout masks are still drawn, so the numbers are those of
-the padded computation bit for bit. :meth:`Engine.train_runs` and :meth:`Engine.test_runs` train
-and test the models of several runs (seeds) at once, for
-:func:`fedselect.simulation.batched.fit_runs`.
+One method trains: :meth:`Engine.train_many` trains the chosen clients of S runs (each from its own
+global model, with its own learning rate and dropout generator) as one computation; a single run is
+S = 1, which :meth:`Engine.train` is, and :meth:`Engine.train_runs` is S runs with one seeded
+generator each (for :func:`fedselect.simulation.batched.fit_runs`). How a local step is computed is
+chosen once per engine: models that are a chain of Flatten / Linear / ReLU / Dropout layers (the
+built-in ``logistic`` and ``mlp``) take a hand-batched path (``baddbmm`` instead of ``vmap``) on
+which a client whose local steps are done stops computing (clients are ordered by their number of
+steps, so the active ones are a prefix of the batch) while its dropout masks are still drawn, so the
+numbers are those of the padded computation bit for bit; every other model is vmapped, padded or
+(with batch statistics) grouped by minibatch length. :meth:`Engine.test_runs` tests the models of
+several runs at once.
 
 Models with buffers (batch norm's running statistics) train on the *stateful* path: every
 client carries its own copy of the buffers, stacked like its parameters, and updates them
@@ -39,7 +43,6 @@ number is the one it was before devices existed.
 from __future__ import annotations
 
 import copy
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +63,7 @@ __all__ = [
     "LOSSES",
     "Engine",
     "LocalSchedule",
+    "LocalTraining",
     "aggregate_buffers",
     "available_devices",
     "device_setting",
@@ -344,6 +348,26 @@ class LocalSchedule:
         return [stream[i * b : (i + 1) * b] for i in range(self.steps)]
 
 
+@dataclass(frozen=True)
+class LocalTraining:
+    """One run's part of :meth:`Engine.train_many`: what its chosen clients' local training produced.
+
+    Attributes
+    ----------
+    deltas : Tensor, shape (C, D)
+        Each client's local update w_k - w^t (on the CPU).
+    buffers : dict of str to Tensor, each of shape (C, ...)
+        Each client's buffers after its local training (the run's starting buffers, stacked, for a
+        model without batch statistics; empty for a model without buffers).
+    sample_loss_sq : ndarray of float64, shape (C,), or None
+        Each client's mean squared per-sample training loss, when asked for (``sample_losses``).
+    """
+
+    deltas: torch.Tensor
+    buffers: dict[str, torch.Tensor]
+    sample_loss_sq: np.ndarray | None = None
+
+
 class Engine:
     """Batched local training and per-client evaluation of one model on one federation's data.
 
@@ -480,6 +504,14 @@ class Engine:
         self._model_repr = repr(model)  # the layers' options (GroupNorm's groups...): part of the batch key
         if self._plan is not None:
             self._forward_all = self._forward_chain
+        # How a local step is computed is chosen once, here (see train_many): the hand-batched chain, or vmap with
+        # every client padded (stateless) or grouped by minibatch length (batch statistics).
+        self._local_sgd = self._sgd_chain if self._plan is not None else self._sgd_vmap
+        self._step_objective = self._grouped_steps if self.stateful else self._padded_steps
+        # A chain's gradients: its backward written out for the built-in cross-entropy (the same bits as autograd;
+        # it saves building and walking the graph, about 10 % of a single run's training), else autograd.
+        by_hand = self._loss_fn is _cross_entropy and self.classification
+        self._chain_step = self._chain_step_by_hand if by_hand else self._chain_step_autograd
         self.min_batch_size = 1
         self._probe()
 
@@ -679,7 +711,7 @@ class Engine:
         return_buffers: bool = False,
         sample_losses: bool = False,
     ) -> torch.Tensor | tuple[Any, ...]:
-        """Train every client from ``theta`` on its own minibatches, all at once.
+        """Train every client from ``theta`` on its own minibatches, all at once: :meth:`train_many` of one run.
 
         Each client runs local SGD from w^t. With g the gradient of its mean minibatch loss,
         one step is ``d = g + weight_decay * w + prox_mu * (w - w^t)``; with momentum m > 0,
@@ -704,7 +736,9 @@ class Engine:
         nesterov : bool, default False
             Nesterov momentum (needs ``momentum > 0``).
         dropout_seed : int, optional
-            Seeds torch's generator for dropout masks so a run is reproducible.
+            Seeds torch's generator for dropout masks so a run is reproducible (``torch.manual_seed``,
+            then the masks are drawn from the default generators, which hold what they drew
+            afterwards).
         buffers : dict of str to Tensor, optional
             The global buffers every client starts from (default: the model's initial
             buffers, :attr:`buffers`). Only used by stateful models.
@@ -748,10 +782,9 @@ class Engine:
         (:meth:`_chain_grads`, the same operations autograd runs, so the same bits); other
         losses go through autograd.
         """
-        C = len(batches)
-        start = self.buffers if buffers is None else buffers
-        if C == 0:
-            empty = torch.zeros((0, theta.numel()), dtype=theta.dtype)
+        if not batches:
+            start = self.buffers if buffers is None else buffers
+            empty = torch.zeros((0, theta.numel()), dtype=theta.dtype, device="cpu")
             out: tuple[Any, ...] = (
                 (empty, {k: v.unsqueeze(0)[:0] for k, v in start.items()}) if return_buffers else (empty,)
             )
@@ -760,123 +793,210 @@ class Engine:
             return out if len(out) > 1 else empty
         if nesterov and not momentum:
             raise ValueError("Engine.train: nesterov=True needs momentum > 0")
-        steps = [len(b) for b in batches]
-        S = max(steps)
-        B = max(len(x) for bs in batches for x in bs)
-        idx = np.zeros((S, C, B), dtype=np.int64)
-        mask = np.zeros((S, C, B), dtype=np.float32)
-        for i, bs in enumerate(batches):
-            for s, x in enumerate(bs):
-                idx[s, i, : len(x)] = x
-                mask[s, i, : len(x)] = 1.0
-        dev = self.device
-        theta = self._to_device(theta)
-        # the round's minibatch indices and masks go to the device once; every step slices them there
-        idx_t = torch.from_numpy(idx).to(dev)
-        mask_t = torch.from_numpy(mask).to(dev)
-        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32)).to(dev)  # (S, C)
-        denom = mask_t.sum(2).clamp_min(1.0)  # (S, C): each client's mean over its real samples
-        params = theta.detach().unsqueeze(0).repeat(C, 1)
-        anchor = theta.detach().unsqueeze(0)
-        bufs = {
-            k: v.detach().unsqueeze(0).repeat(C, *([1] * v.dim())) for k, v in self._buffers_on_device(buffers).items()
-        }
-        lengths = mask.sum(axis=2).astype(np.int64)  # (S, C)
-        groups = self._length_groups(lengths) if self.stateful else None
-        velocity: torch.Tensor | None = None
-        # Sums of squared per-sample losses, one per client (only when asked: nothing is computed otherwise).
-        sq = torch.zeros(C, dtype=torch.float64, device=self._acc) if sample_losses else None
-        mask_acc = None if sq is None else mask_t.to(self._acc)
+        if dropout_seed is not None:
+            torch.manual_seed(dropout_seed)  # the masks come from torch's generator(s), seeded as always
+        (run,) = self.train_many(
+            [theta],
+            [batches],
+            lrs=[lr],
+            weight_decay=weight_decay,
+            prox_mu=prox_mu,
+            momentum=momentum,
+            nesterov=nesterov,
+            buffers=[buffers],
+            sample_losses=sample_losses,
+        )
+        out = (run.deltas, run.buffers) if return_buffers else (run.deltas,)
+        if run.sample_loss_sq is not None:
+            out = (*out, run.sample_loss_sq)
+        return out if len(out) > 1 else out[0]
 
-        def finish(deltas: torch.Tensor) -> torch.Tensor | tuple[Any, ...]:
-            # what the trainer keeps comes back to the host once, after the last local step
-            out: tuple[Any, ...] = (
-                (deltas.cpu(), {k: v.cpu() for k, v in bufs.items()}) if return_buffers else (deltas.cpu(),)
+    def train_many(
+        self,
+        thetas: Sequence[torch.Tensor],
+        batches: Sequence[Sequence[Sequence[np.ndarray]]],
+        *,
+        lrs: Sequence[float],
+        generators: Sequence[torch.Generator | None] | None = None,
+        weight_decay: float = 0.0,
+        prox_mu: float = 0.0,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        buffers: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
+        sample_losses: bool = False,
+    ) -> list[LocalTraining]:
+        """Local training of S runs x C clients as one computation: the one training path of the engine.
+
+        Run r's ``C_r`` clients all start from its global model ``thetas[r]`` and train on
+        ``batches[r]`` with step size ``lrs[r]`` (the update rule of :meth:`train`); the clients
+        of all runs are stacked into one ``(sum_r C_r, D)`` tensor and every local step is one
+        batched computation for all of them, padded to the longest minibatch of any run (padded
+        samples and finished clients are masked). A single run is S = 1: :meth:`train` is this
+        call with one run, :meth:`train_runs` with one seeded generator per run.
+
+        How a step is computed is fixed per engine when it is built: a Flatten/Linear/ReLU/Dropout
+        chain by the hand-batched products of :meth:`_sgd_chain` (finished clients stop computing),
+        any other model by :meth:`_sgd_vmap` (``torch.func.vmap`` of the forward pass; a model with
+        batch statistics grouped by minibatch length, every client carrying its own buffers).
+
+        Parameters
+        ----------
+        thetas : sequence of Tensor, shape (D,)
+            Each run's global model (on any device).
+        batches : sequence (one per run) of lists (one per client) of lists of index arrays
+            Each run's clients' minibatches, as in :meth:`train`.
+        lrs : sequence of float
+            Each run's learning rate.
+        generators : sequence of (torch.Generator or None), optional
+            Where each run's dropout masks on the chain path come from: run r draws, at each of
+            its local steps, one ``(C_r, B_r, width)`` mask per dropout layer (B_r: its longest
+            minibatch) from ``generators[r]`` (on the engine's device), or from the device's
+            default generator where None (the default for every run). A model on the vmapped path
+            draws from the default generator inside its forward pass; such a model trains more
+            than one run at a time only if it draws nothing (:meth:`batch_support`).
+        weight_decay, prox_mu, momentum, nesterov
+            As in :meth:`train`, shared by all runs.
+        buffers : sequence of (dict of str to Tensor or None), optional
+            Each run's global buffers (None: the initial ones, :attr:`buffers`).
+        sample_losses : bool, default False
+            Also compute each client's mean squared per-sample training loss (as in :meth:`train`).
+
+        Returns
+        -------
+        list of LocalTraining
+            One per run, in order, on the CPU.
+
+        Raises
+        ------
+        ValueError
+            More than one run of a model the engine cannot train exactly as several runs
+            (:meth:`batch_support`), arguments of unequal lengths, or ``nesterov`` without momentum.
+        """
+        S = len(batches)
+        gens = list(generators) if generators is not None else [None] * S
+        starts = list(buffers) if buffers is not None else [None] * S
+        if not len(thetas) == len(lrs) == len(gens) == len(starts) == S:
+            raise ValueError(
+                f"Engine.train_many: {S} runs of batches but {len(thetas)} thetas, {len(lrs)} lrs, {len(gens)} "
+                f"generators and {len(starts)} buffers; give one of each per run"
             )
-            if sq is not None:
-                counts = torch.from_numpy(mask.sum(axis=(0, 2))).to(self._acc).double().clamp_min(1.0)
-                out = (*out, (sq / counts).cpu().numpy())
-            return out if len(out) > 1 else out[0]
+        if S > 1 and (why := self.batch_support()) is not None:
+            raise ValueError(f"Engine.train_many: {why}")
+        if nesterov and not momentum:
+            raise ValueError("Engine.train_many: nesterov=True needs momentum > 0")
+        sizes = [len(b) for b in batches]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        N = int(offsets[-1])
+        if N == 0:
+            return [
+                LocalTraining(
+                    torch.zeros((0, thetas[r].numel()), dtype=thetas[r].dtype, device="cpu"),
+                    {k: v.unsqueeze(0)[:0] for k, v in (self.buffers if starts[r] is None else starts[r]).items()},
+                    np.zeros(0) if sample_losses else None,
+                )
+                for r in range(S)
+            ]
+        run_steps = [max((len(bs) for bs in b), default=0) for b in batches]
+        run_width = [max((len(x) for bs in b for x in bs), default=0) for b in batches]
+        B = max(run_width)
+        idx = np.zeros((max(run_steps), N, B), dtype=np.int64)
+        mask = np.zeros((max(run_steps), N, B), dtype=np.float32)
+        for r, b in enumerate(batches):
+            for i, bs in enumerate(b):
+                for s, x in enumerate(bs):
+                    idx[s, offsets[r] + i, : len(x)] = x
+                    mask[s, offsets[r] + i, : len(x)] = 1.0
+        dev = self.device
+        start = _rows([self._to_device(thetas[r].detach()).unsqueeze(0).expand(sizes[r], -1) for r in range(S)])
+        run_bufs = [self._buffers_on_device(b) for b in starts]
+        bufs = {
+            k: _rows([run_bufs[r][k].detach().unsqueeze(0).repeat(sizes[r], *([1] * v.dim())) for r in range(S)])
+            for k, v in run_bufs[0].items()
+        }
 
+        def masks(step: int, layer: int, p: float, width: int) -> torch.Tensor:
+            if S == 1:
+                return _global_dropout_masks(N, B, step, layer, p, width, device=dev, generator=gens[0])
+            # run r's mask has its own shape (C_r, B_r, width), drawn only while run r has steps left
+            out = torch.ones((N, B, width), device=dev)
+            for r in range(S):
+                if step < run_steps[r] and sizes[r]:
+                    m = _global_dropout_masks(
+                        sizes[r], run_width[r], step, layer, p, width, device=dev, generator=gens[r]
+                    )
+                    out[offsets[r] : offsets[r + 1], : run_width[r]] = m
+            return out
+
+        # sums of squared per-sample losses, one per client (only when asked: nothing is computed otherwise)
+        sq = torch.zeros(N, dtype=torch.float64, device=self._acc) if sample_losses else None
         was_training = self.model.training
         self.model.train()
-        if dropout_seed is not None:
-            torch.manual_seed(dropout_seed)
-        if self._plan is not None:  # the hand-batched chain: only the clients with steps left compute
-            try:
-                final = self._sgd_chain(
-                    params,
-                    idx,
-                    mask,
-                    _lr_rows([float(lr)], [C]),
-                    functools.partial(_global_dropout_masks, C, B, device=dev),
-                    weight_decay=weight_decay,
-                    prox_mu=prox_mu,
-                    momentum=momentum,
-                    nesterov=nesterov,
-                    sq=sq,
-                )
-            finally:
-                self.model.train(was_training)
-            return finish((final - anchor).detach())
         try:
-            for s in range(S):
-                ix = idx_t[s]
-                p = params.requires_grad_(True)
-                if groups is not None:
-                    objective = self._grouped_objective(p, bufs, ix, groups[s], sq=sq)
-                else:
-                    out = self._forward_all(p, self.X[ix])  # (C, B, classes)
-                    losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(C, B)
-                    objective = ((losses * mask_t[s]).sum(1) / denom[s]).sum()
-                    if sq is not None:
-                        assert mask_acc is not None
-                        sq += (self._f64(losses.detach()).square() * mask_acc[s]).sum(1)
-                (g,) = torch.autograd.grad(objective, p)
-                with torch.no_grad():
-                    if weight_decay:
-                        g = g + weight_decay * params
-                    if prox_mu:
-                        g = g + prox_mu * (params - anchor)
-                    if momentum:
-                        velocity = g if velocity is None else momentum * velocity + g
-                        g = g + momentum * velocity if nesterov else velocity
-                    params = params.detach() - lr * active[s].unsqueeze(1) * g
+            final = self._local_sgd(
+                start,
+                idx,
+                mask,
+                _lr_rows([float(x) for x in lrs], sizes),
+                masks,
+                bufs,
+                weight_decay=weight_decay,
+                prox_mu=prox_mu,
+                momentum=momentum,
+                nesterov=nesterov,
+                sq=sq,
+            )
         finally:
             self.model.train(was_training)
-        return finish((params - anchor).detach())
+        # what the caller keeps comes back to the host once, after the last local step
+        deltas = (final - start).detach().cpu()
+        host_bufs = {k: v.cpu() for k, v in bufs.items()}
+        sq_host = None
+        if sq is not None:
+            counts = torch.from_numpy(mask.sum(axis=(0, 2))).to(self._acc).double().clamp_min(1.0)
+            sq_host = (sq / counts).cpu().numpy()
+        return [
+            LocalTraining(
+                deltas[lo:hi],
+                {k: v[lo:hi] for k, v in host_bufs.items()},
+                None if sq_host is None else sq_host[lo:hi],
+            )
+            for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist())
+        ]
 
-    def _sgd_padded(
+    def _sgd_vmap(
         self,
         start: torch.Tensor,
         idx: np.ndarray,
         mask: np.ndarray,
         lr_rows: torch.Tensor,
+        masks: Callable[[int, int, float, int], torch.Tensor],
+        bufs: dict[str, torch.Tensor],
         *,
         weight_decay: float,
         prox_mu: float,
         momentum: float,
         nesterov: bool,
+        sq: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Local SGD of N clients from ``start`` (N, D) on the vmapped path, every client padded at every step
-        (:meth:`train`'s stateless path; used for several runs of a model that draws no random numbers)."""
-        N, B = start.shape[0], idx.shape[2]
+        """Local SGD of N clients from ``start`` (N, D) on the vmapped path; their parameters afterwards.
+
+        Each step's objective, the sum over clients of their mean minibatch loss, comes from
+        :meth:`_padded_steps` (stateless models: every client padded to the step's longest
+        minibatch) or :meth:`_grouped_steps` (models with batch statistics: one forward pass per
+        minibatch length, ``bufs`` updated in place), chosen when the engine is built. Dropout
+        inside the forward pass draws from the device's default generator (``masks`` is unused).
+        """
         dev = self.device
         idx_t = torch.from_numpy(idx).to(dev)
         mask_t = torch.from_numpy(mask).to(dev)
-        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32)).to(dev)
-        denom = mask_t.sum(2).clamp_min(1.0)
+        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32)).to(dev)  # (S, N)
         lr_rows = lr_rows.to(dev)
+        objective = self._step_objective(idx_t, mask, mask_t, bufs, sq)
         params = start.clone()
         velocity: torch.Tensor | None = None
-        self.model.train()
         for step in range(idx.shape[0]):
-            ix = idx_t[step]
-            p_ = params.requires_grad_(True)
-            out = self._forward_all(p_, self.X[ix])
-            losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(N, B)
-            objective = ((losses * mask_t[step]).sum(1) / denom[step]).sum()
-            (g,) = torch.autograd.grad(objective, p_)
+            p = params.requires_grad_(True)
+            (g,) = torch.autograd.grad(objective(step, p), p)
             with torch.no_grad():
                 if weight_decay:
                     g = g + weight_decay * params
@@ -888,6 +1008,44 @@ class Engine:
                 params = params.detach() - lr_rows * active[step].unsqueeze(1) * g
         return params.detach()
 
+    def _padded_steps(
+        self,
+        idx_t: torch.Tensor,
+        mask: np.ndarray,
+        mask_t: torch.Tensor,
+        bufs: dict[str, torch.Tensor],
+        sq: torch.Tensor | None,
+    ) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        """Step ``s``'s objective at parameters ``p`` for a stateless model: one vmapped forward of every client,
+        padded samples weighted 0 in their client's mean loss."""
+        N, B = mask.shape[1], mask.shape[2]
+        denom = mask_t.sum(2).clamp_min(1.0)  # (S, N): each client's mean over its real samples
+        mask_acc = None if sq is None else mask_t.to(self._acc)
+
+        def objective(s: int, p: torch.Tensor) -> torch.Tensor:
+            ix = idx_t[s]
+            out = self._forward_all(p, self.X[ix])  # (N, B, outputs)
+            losses = self._losses(out.flatten(0, 1), self.y[ix].flatten(0, 1)).view(N, B)
+            if sq is not None:
+                assert mask_acc is not None
+                sq.add_((self._f64(losses.detach()).square() * mask_acc[s]).sum(1))
+            return ((losses * mask_t[s]).sum(1) / denom[s]).sum()
+
+        return objective
+
+    def _grouped_steps(
+        self,
+        idx_t: torch.Tensor,
+        mask: np.ndarray,
+        mask_t: torch.Tensor,
+        bufs: dict[str, torch.Tensor],
+        sq: torch.Tensor | None,
+    ) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        """Step ``s``'s objective at parameters ``p`` for a model with batch statistics: the clients grouped by
+        minibatch length (:meth:`_grouped_objective`), so a padded sample never enters a batch statistic."""
+        groups = self._length_groups(mask.sum(axis=2).astype(np.int64))
+        return lambda s, p: self._grouped_objective(p, bufs, idx_t[s], groups[s], sq=sq)
+
     def _sgd_chain(
         self,
         start: torch.Tensor,
@@ -895,6 +1053,7 @@ class Engine:
         mask: np.ndarray,
         lr_rows: torch.Tensor,
         masks: Callable[[int, int, float, int], torch.Tensor],
+        bufs: dict[str, torch.Tensor],
         *,
         weight_decay: float,
         prox_mu: float,
@@ -912,7 +1071,8 @@ class Engine:
         there either), and the dropout masks are drawn for all N clients at every step, as the
         padded path draws them, by ``masks(step, layer, p, width)`` (shape ``(N, B, width)``,
         scaled by 1 / (1 - p)), then restricted to the active rows. ``sq`` (N,), when given,
-        receives each client's sum of squared per-sample losses over its steps.
+        receives each client's sum of squared per-sample losses over its steps. A chain has no buffers
+        (``bufs`` is empty).
         """
         N = start.shape[0]
         dev = self.device
@@ -949,10 +1109,8 @@ class Engine:
         drop = [float(arg) for kind, arg in (self._plan or ()) if kind == "dropout"]  # type: ignore[arg-type]
         B = idx.shape[2]
         xbuf = self.X.new_empty((N * B, *self.X.shape[1:]))
-        by_hand = self._loss_fn is _cross_entropy and self.classification
         sq_o = None if sq is None else torch.zeros(N, dtype=torch.float64, device=self._acc)  # in sorted order
         mask_acc = None if sq is None else mask_t.to(self._acc)
-        seen: list[torch.Tensor] | None = None if sq is None else []
         self.model.train()
         for step in range(idx.shape[0]):
             k = int((sorted_steps > step).sum())
@@ -973,25 +1131,18 @@ class Engine:
 
             ix = idx_t[step, :k].reshape(-1)
             x = torch.index_select(self.X, 0, ix, out=xbuf[: k * B]).view(k, B, *self.X.shape[1:])
-            if by_hand:
-                # d objective / d loss_(c,b) = mask_(c,b) / denom_c, formed as autograd forms it
-                weights = torch.ones(k, device=dev).div_(denom[step, :k]).unsqueeze(1).expand(k, B) * mask_t[step, :k]
-                with torch.no_grad():
-                    grads = self._chain_grads(
-                        {n: v[:k] for n, v in params.items()}, x, noise, self.y[ix], weights, losses_out=seen
-                    )
-                if seen:
-                    assert sq_o is not None and mask_acc is not None
-                    sq_o[:k] += (self._f64(seen.pop()).square() * mask_acc[step, :k]).sum(1)
-            else:
-                leaves = {n: v[:k].detach().requires_grad_(True) for n, v in params.items()}
-                out = self._chain(leaves, x, noise)
-                losses = self._losses(out.flatten(0, 1), self.y[ix]).view(k, B)
-                objective = ((losses * mask_t[step, :k]).sum(1) / denom[step, :k]).sum()
-                grads = list(torch.autograd.grad(objective, list(leaves.values())))
-                if sq_o is not None:
-                    assert mask_acc is not None
-                    sq_o[:k] += (self._f64(losses.detach()).square() * mask_acc[step, :k]).sum(1)
+            grads, losses = self._chain_step(
+                {n: v[:k] for n, v in params.items()},
+                x,
+                noise,
+                self.y[ix],
+                mask_t[step, :k],
+                denom[step, :k],
+                sq_o is not None,
+            )
+            if sq_o is not None:
+                assert mask_acc is not None and losses is not None
+                sq_o[:k] += (self._f64(losses).square() * mask_acc[step, :k]).sum(1)
             # The update in place, into buffers kept across steps (each operation as the padded path writes it
             # out of place, so the same numbers; fresh tensors of this size would cost page faults every step).
             factor = lr_o[:k] * active_o[step, :k].unsqueeze(2)  # float32(lr) for the clients still training
@@ -1021,6 +1172,45 @@ class Engine:
         out_params = torch.empty_like(final)
         out_params[order_t] = final
         return out_params
+
+    def _chain_step_by_hand(
+        self,
+        parts: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
+        noise: Callable[[int, torch.Tensor], torch.Tensor | None],
+        targets: torch.Tensor,
+        mask: torch.Tensor,
+        denom: torch.Tensor,
+        want_losses: bool,
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """One chain step's gradients (and per-sample losses when wanted) by :meth:`_chain_grads`: the built-in
+        cross-entropy on class labels. ``mask`` (k, B) and ``denom`` (k,) make each client's mean loss."""
+        k, B = mask.shape
+        # d objective / d loss_(c,b) = mask_(c,b) / denom_c, formed as autograd forms it
+        weights = torch.ones(k, device=self.device).div_(denom).unsqueeze(1).expand(k, B) * mask
+        seen: list[torch.Tensor] | None = [] if want_losses else None
+        with torch.no_grad():
+            grads = self._chain_grads(parts, x, noise, targets, weights, losses_out=seen)
+        return grads, (seen[0] if seen else None)
+
+    def _chain_step_autograd(
+        self,
+        parts: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
+        noise: Callable[[int, torch.Tensor], torch.Tensor | None],
+        targets: torch.Tensor,
+        mask: torch.Tensor,
+        denom: torch.Tensor,
+        want_losses: bool,
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """One chain step's gradients (and per-sample losses) through autograd: any other loss."""
+        k, B = mask.shape
+        leaves = {n: v.detach().requires_grad_(True) for n, v in parts.items()}
+        out = self._chain(leaves, x, noise)
+        losses = self._losses(out.flatten(0, 1), targets).view(k, B)
+        objective = ((losses * mask).sum(1) / denom).sum()
+        grads = list(torch.autograd.grad(objective, list(leaves.values())))
+        return grads, losses.detach()
 
     def _chain_grads(
         self,
@@ -1151,7 +1341,9 @@ class Engine:
         any run (padded samples and finished clients are masked exactly as in :meth:`train`).
         Each client's arithmetic is the one :meth:`train` does for it, so run r's deltas equal
         ``train(thetas[r], batches[r], lr=lrs[r], dropout_seed=dropout_seeds[r], ...)`` up to
-        float rounding (the matrix products are shaped differently).
+        float rounding (the matrix products are shaped differently), and bit for bit for one run.
+        This is :meth:`train_many` with a generator per run, seeded with its dropout seed, for a
+        model the engine can batch (:meth:`batch_support`).
 
         Dropout: :meth:`train` seeds torch's global generator with its ``dropout_seed`` and
         draws one mask of shape ``(C_r, B_r, H)`` per dropout layer and local step, ``B_r``
@@ -1192,77 +1384,25 @@ class Engine:
             raise ValueError(f"Engine.train_runs: {why}")
         if nesterov and not momentum:
             raise ValueError("Engine.train_runs: nesterov=True needs momentum > 0")
-        R = len(batches)
         dev = self.device
         gens = [torch.Generator(device=dev).manual_seed(int(seed)) for seed in dropout_seeds]
-
-        def cpu_states() -> list[torch.Tensor]:
-            # what torch's (CPU) global generator holds after train() of each run alone: on the CPU the masks
-            # come from it, on another device from that device's generator, the CPU one only seeded
-            if dev.type == "cpu":
-                return [g.get_state() for g in gens]
-            return [torch.Generator().manual_seed(int(seed)).get_state() for seed in dropout_seeds]
-
-        sizes = [len(b) for b in batches]
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        N = int(offsets[-1])
-        if N == 0:
-            return [torch.zeros((0, thetas[r].numel()), dtype=thetas[r].dtype) for r in range(R)], cpu_states()
-        run_steps = [max((len(bs) for bs in b), default=0) for b in batches]
-        run_width = [max((len(x) for bs in b for x in bs), default=0) for b in batches]
-        S = max(run_steps)
-        B = max(run_width)
-        idx = np.zeros((S, N, B), dtype=np.int64)
-        mask = np.zeros((S, N, B), dtype=np.float32)
-        for r, b in enumerate(batches):
-            for i, bs in enumerate(b):
-                row = offsets[r] + i
-                for s, x in enumerate(bs):
-                    idx[s, row, : len(x)] = x
-                    mask[s, row, : len(x)] = 1.0
-        start = torch.cat([self._to_device(thetas[r].detach()).unsqueeze(0).expand(sizes[r], -1) for r in range(R)])
-        lr_rows = _lr_rows([float(x) for x in lrs], sizes)
-        was_training = self.model.training
-        try:
-            if self._plan is not None:
-
-                def masks(step: int, layer: int, p: float, width: int) -> torch.Tensor:
-                    # run r's mask has its own shape (C_r, B_r, width), drawn only while run r has steps left
-                    out = torch.ones((N, B, width), device=dev)
-                    for r in range(R):
-                        if step < run_steps[r] and sizes[r]:
-                            m = torch.empty((sizes[r], run_width[r], width), device=dev).bernoulli_(
-                                1 - p, generator=gens[r]
-                            )
-                            out[offsets[r] : offsets[r + 1], : run_width[r]] = m.div_(1 - p)
-                    return out
-
-                final = self._sgd_chain(
-                    start,
-                    idx,
-                    mask,
-                    lr_rows,
-                    masks,
-                    weight_decay=weight_decay,
-                    prox_mu=prox_mu,
-                    momentum=momentum,
-                    nesterov=nesterov,
-                )
-            else:
-                final = self._sgd_padded(
-                    start,
-                    idx,
-                    mask,
-                    lr_rows,
-                    weight_decay=weight_decay,
-                    prox_mu=prox_mu,
-                    momentum=momentum,
-                    nesterov=nesterov,
-                )
-        finally:
-            self.model.train(was_training)
-        deltas = (final - start).detach().cpu()  # back to the host once, after the last local step
-        return [deltas[offsets[r] : offsets[r + 1]] for r in range(R)], cpu_states()
+        runs = self.train_many(
+            thetas,
+            batches,
+            lrs=lrs,
+            generators=gens,
+            weight_decay=weight_decay,
+            prox_mu=prox_mu,
+            momentum=momentum,
+            nesterov=nesterov,
+        )
+        # what torch's (CPU) global generator holds after train() of each run alone: on the CPU the masks come
+        # from it, on another device from that device's generator, the CPU one only seeded
+        if dev.type == "cpu":
+            states = [g.get_state() for g in gens]
+        else:
+            states = [torch.Generator().manual_seed(int(seed)).get_state() for seed in dropout_seeds]
+        return [run.deltas for run in runs], states
 
     @torch.no_grad()
     def test_runs(self, thetas: Sequence[torch.Tensor]) -> list[tuple[float, float | None]]:
@@ -1443,12 +1583,25 @@ def _lr_rows(lrs: Sequence[float], sizes: Sequence[int]) -> torch.Tensor:
 
 
 def _global_dropout_masks(
-    n: int, b: int, step: int, layer: int, p: float, width: int, *, device: torch.device | None = None
+    n: int,
+    b: int,
+    step: int,
+    layer: int,
+    p: float,
+    width: int,
+    *,
+    device: torch.device | None = None,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """The scaled mask ``F.dropout`` multiplies an ``(n, b, width)`` activation by, drawn from torch's global
     generator exactly as ``F.dropout`` draws it on the CPU (``bernoulli_(1 - p)``, then ``div_(1 - p)``), on
-    ``device`` (default: the CPU) from that device's default generator."""
-    return torch.empty((n, b, width), device=device).bernoulli_(1 - p).div_(1 - p)
+    ``device`` (default: the CPU) from that device's default generator, or from ``generator`` when given."""
+    return torch.empty((n, b, width), device=device).bernoulli_(1 - p, generator=generator).div_(1 - p)
+
+
+def _rows(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The runs' rows as one new tensor: ``parts`` concatenated along dim 0."""
+    return torch.cat(list(parts))
 
 
 def _check_model(model: nn.Module) -> None:
