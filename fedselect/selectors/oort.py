@@ -393,31 +393,30 @@ class OortSelector(DurationKnowledge, BaseSelector):
         self._observe_durations(feedback, ids, late)
         self._reported(ids, t)
         pending, self.pending_ = self.pending_, None
+        this_round = pending is not None and pending[0] == t
+        mean = float(new[ok].mean()) if ok.any() else 0.0
         if feedback.timed_out is not None:
             # FedScale's round_completion_handler: every straggler (a client the server stopped waiting for) counts
             # as explored, with the round's mean reward (0 when nobody reported); its duration is the bound just set
-            mean = float(new[ok].mean()) if ok.any() else 0.0
-            if late.size:
-                self._straggled(late, mean, t)
-            if self.straggler_reward == "capped" and pending is not None and pending[0] == t:
-                # a chosen client that failed (an error, a bad reply) delivered nothing either: left unexplored, as
-                # the official code leaves it, a client that always fails would be explored again and again
-                failed = np.setdiff1d(pending[2], np.concatenate([ids, late]))
-                if failed.size:
-                    self._straggled(failed, mean, t)
-            return
-        # A runtime that gives durations but no timed_out: infer the stragglers of over-commitment as before.
-        if pending is None or pending[0] != t or feedback.durations is None or not ok.any():
-            return
-        # Over-commitment cut the slowest chosen clients (a clock is running: durations came back);
-        # FedScale gives each of them the round's mean reward (stragglers, not failures).
-        _, n, chosen = pending
-        absent = np.setdiff1d(chosen, ids)
-        n_cut = min(absent.size, chosen.size - n)
-        if n_cut > 0:
+            stragglers = late
+        elif this_round and feedback.durations is not None and ok.any():
+            # A runtime that gives durations but no timed_out: over-commitment cut the slowest chosen clients
+            assert pending is not None
+            _, n, chosen = pending
+            absent = np.setdiff1d(chosen, ids)
             slow = np.nan_to_num(self.duration_[absent], nan=np.inf)
-            cut = absent[np.argsort(-slow, kind="stable")[:n_cut]]
-            self._straggled(cut, float(new[ok].mean()), t)
+            stragglers = absent[np.argsort(-slow, kind="stable")[: max(min(absent.size, chosen.size - n), 0)]]
+        else:
+            stragglers = np.zeros(0, dtype=np.int64)
+        if stragglers.size:
+            self._straggled(stragglers, mean, t)
+        if self.straggler_reward == "capped" and this_round:
+            # a chosen client that failed (an error, a bad reply) delivered nothing either: left unexplored, as the
+            # official code leaves it, a client that always fails would be explored again and again
+            assert pending is not None
+            failed = np.setdiff1d(pending[2], np.concatenate([ids, stragglers]))
+            if failed.size:
+                self._straggled(failed, mean, t)
 
     def _utility_known(self) -> np.ndarray:
         """Which clients have reported a utility (made all False for a state saved before it existed)."""

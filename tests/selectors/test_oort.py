@@ -159,7 +159,8 @@ def test_ledger_charges_extra_scalars_up():
 
 # -- rewards, durations, the first round ---------------------------------------------------------
 def test_registration_and_feedback_rewards():
-    sel = _fitted([10, 50, 200, 80], samples_per_round=60, overcommit=1.0)
+    # FedScale's straggler rule: a chosen client absent from the feedback (a failure) keeps its state
+    sel = _fitted([10, 50, 200, 80], samples_per_round=60, overcommit=1.0, straggler_reward="mean")
     np.testing.assert_array_equal(sel.reward_, [10, 50, 60, 60])  # min(n_i, S)
     sel.select(2, round=0, oracle=SyntheticOracle(4, random_state=0))
     sel.update(_fb(round=0, clients=np.array([0, 2]), sample_loss_sq=[4.0, 9.0], durations=[3.0, 7.0]))
@@ -478,24 +479,28 @@ def test_overcommitted_stragglers_get_the_rounds_mean_reward():
     mean = np.mean(50 * np.abs(fb.losses))
     np.testing.assert_allclose(sel.reward_[cut], mean)
     assert sel.count_[cut].tolist() == [1, 1] and sel.explored_[cut].all() and (sel.last_round_[cut] == 1).all()
-    # a failure without over-commitment (or without a clock) leaves the absent client as it was
-    sel = _fitted(oracle.n_samples, overcommit=1.0)
-    chosen = sel.select(4, round=0, oracle=oracle).clients
-    sel.update(
-        _fb(
-            round=0,
-            clients=chosen[:3],
-            weights=np.ones(3),
-            losses=np.ones(3),
-            n_samples=np.ones(3, int),
-            durations=np.ones(3),
+    # a failure without over-commitment (or without a clock) leaves the absent client as it was under FedScale's
+    # rule; capped, it delivered nothing, as a straggler: explored with the round's mean
+    for rule in ("mean", "capped"):
+        sel = _fitted(oracle.n_samples, overcommit=1.0, straggler_reward=rule)
+        chosen = sel.select(4, round=0, oracle=oracle).clients
+        sel.update(
+            _fb(
+                round=0,
+                clients=chosen[:3],
+                weights=np.ones(3),
+                losses=np.ones(3),
+                n_samples=np.ones(3, int),
+                durations=np.ones(3),
+            )
         )
-    )
-    assert sel.count_[chosen[3]] == 0 and not sel.explored_[chosen[3]]
-    sel = _fitted(oracle.n_samples, overcommit=2.0)
-    chosen = sel.select(3, round=0, oracle=oracle).clients
-    sel.update(_fb(round=0, clients=chosen[:3], weights=np.ones(3), losses=np.ones(3), n_samples=np.ones(3, int)))
-    assert sel.count_.sum() == 3
+        assert sel.count_[chosen[3]] == (rule == "capped") and sel.explored_[chosen[3]] == (rule == "capped")
+    # without durations nothing is inferred cut: the absent are failures (counted only when capped)
+    for rule, counted in (("mean", 3), ("capped", 6)):
+        sel = _fitted(oracle.n_samples, overcommit=2.0, straggler_reward=rule)
+        chosen = sel.select(3, round=0, oracle=oracle).clients
+        sel.update(_fb(round=0, clients=chosen[:3], weights=np.ones(3), losses=np.ones(3), n_samples=np.ones(3, int)))
+        assert sel.count_.sum() == counted
 
 
 # -- determinism and state ------------------------------------------------------------------------
