@@ -43,6 +43,7 @@ number is the one it was before devices existed.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from .._validation import InstanceOf
 from ..aggregation import average_buffer_deltas
+from ._compiled import PATHS, CompiledChainStep, compile_unusable, dropout_keep
+from ._compiled import sgd_chain as compiled_sgd_chain
 
 __all__ = [
     "DEVICE_CONSTRAINTS",
@@ -402,6 +405,12 @@ class Engine:
         device and return CPU tensors and Python numbers, so what the trainer aggregates, records
         and checkpoints is on the CPU whatever the device. On the CPU every number is what it was
         before devices existed, bit for bit; another device type gives its own, reproducible, bits.
+    path : {"eager", "compiled"}, default "eager"
+        How a local step is computed. ``"eager"``: the reference, bit-stable path. ``"compiled"``
+        (opt-in, a Flatten/Linear/ReLU/Dropout chain with the built-in cross-entropy, needs a working
+        ``torch.compile``): each local step is one inductor graph (:mod:`fedselect.simulation._compiled`);
+        its float rounding and dropout stream differ from the eager path's (the same call gives the same
+        bits), so a run records the path it trained on.
 
     Raises
     ------
@@ -450,7 +459,11 @@ class Engine:
         eval_batch: int = 16384,
         loss: str | LossFn = "cross-entropy",
         device: str | torch.device = "cpu",
+        path: str = "eager",
     ) -> None:
+        if path not in PATHS:
+            raise ValueError(f"The 'path' parameter of Engine must be one of {PATHS!r}; got {path!r} instead.")
+        self.path = path
         self.device = resolve_device(device)
         # float64 sums (losses, accuracies) where the device has float64; MPS has none, so there they are
         # taken on the CPU
@@ -512,8 +525,30 @@ class Engine:
         # it saves building and walking the graph, about 10 % of a single run's training), else autograd.
         by_hand = self._loss_fn is _cross_entropy and self.classification
         self._chain_step = self._chain_step_by_hand if by_hand else self._chain_step_autograd
+        # The dropout masks of the chain path: scaled float masks drawn as F.dropout draws them (eager), or kept
+        # entries (bool) for the compiled step
+        self._draw_masks: Callable[..., torch.Tensor] = _global_dropout_masks
+        self._mask_dtype = torch.float32
+        if path == "compiled":
+            self._use_compiled()
         self.min_batch_size = 1
         self._probe()
+
+    def _use_compiled(self) -> None:
+        """Train through the compiled chain step (:mod:`fedselect.simulation._compiled`), or say why it cannot."""
+        if self._plan is None or self._chain_step != self._chain_step_by_hand:
+            raise ValueError(
+                f"path='compiled' compiles the local step of a Flatten/Linear/ReLU/Dropout chain (the built-in "
+                f"logistic and mlp) trained with loss='cross-entropy' on class labels; the model "
+                f"{type(self.model).__name__} with loss={self.loss!r} trains on the eager path only (path='eager')"
+            )
+        why = compile_unusable()
+        if why is not None:
+            raise ValueError(f"path='compiled' needs torch.compile (inductor), which fails here: {why}")
+        self._compiled_step = CompiledChainStep.for_plan(self._plan)
+        self._local_sgd = functools.partial(compiled_sgd_chain, self)
+        self._draw_masks = dropout_keep
+        self._mask_dtype = torch.bool
 
     def _probe(self) -> None:
         """Run one tiny batched training step and one evaluation now, so a model or loss the
@@ -916,12 +951,12 @@ class Engine:
 
         def masks(step: int, layer: int, p: float, width: int) -> torch.Tensor:
             if S == 1:
-                return _global_dropout_masks(N, B, step, layer, p, width, device=dev, generator=gens[0])
+                return self._draw_masks(N, B, step, layer, p, width, device=dev, generator=gens[0])
             # run r's mask has its own shape (C_r, B_r, width), drawn only while run r has steps left
-            out = torch.ones((N, B, width), device=dev)
+            out = torch.ones((N, B, width), device=dev, dtype=self._mask_dtype)
             for r in range(S):
                 if step < run_steps[r] and sizes[r]:
-                    m = _global_dropout_masks(
+                    m = self._draw_masks(
                         sizes[r], run_width[r], step, layer, p, width, device=dev, generator=gens[r]
                     )
                     out[offsets[r] : offsets[r + 1], : run_width[r]] = m
@@ -1318,6 +1353,7 @@ class Engine:
             self.classification,
             str(self.device),
             self._model_repr,
+            self.path,
         )
 
     def train_runs(

@@ -1,0 +1,254 @@
+"""The compiled local step of the linear chain: ``Engine(..., path="compiled")`` (opt-in, not the default).
+
+One local SGD step of the active clients (gather of their minibatch, forward pass, the cross-entropy's
+gradient, the hand-written backward of :meth:`Engine._chain_grads`, weight decay and the SGD update in
+place) is one ``torch.compile`` graph (inductor), compiled with dynamic sizes so the shrinking number of
+active clients k, the number of clients and the minibatch width do not recompile it (a size of 1 is
+specialised by torch, so k = 1 compiles once more).
+
+Dropout masks are drawn outside the graph from each run's own generator (``torch.rand(...) < 1 - p``: a
+quarter of the cost of ``bernoulli_`` on the CPU) and are applied and scaled inside it. Float rounding
+(inductor's fused kernels) and the dropout stream differ from the eager path's, which stays the bit-stable
+reference and the default; the same call on the same machine gives the same bits.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+PATHS = ("eager", "compiled")
+
+
+@functools.cache
+def compile_unusable() -> str | None:
+    """Why ``torch.compile`` (inductor) cannot run on this machine, or None when a tiny function compiles."""
+    try:
+        fn = torch.compile(lambda t: torch.relu(t) * 2 + 1, dynamic=True, fullgraph=True)
+        out = fn(torch.arange(-2.0, 3.0))
+    except Exception as exc:  # any failure of the toolchain (no C++ compiler, missing headers, ...)
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if not torch.equal(out, torch.tensor([1.0, 1.0, 1.0, 3.0, 5.0])):
+        return "torch.compile gave wrong numbers on a probe"
+    return None
+
+
+def dropout_keep(
+    n: int, b: int, step: int, layer: int, p: float, width: int, *, device: Any = None, generator: Any = None
+) -> torch.Tensor:
+    """Which of an ``(n, b, width)`` activation's entries dropout keeps (bool): ``uniform < 1 - p``, drawn from
+    ``generator`` (default: the device's default generator); the compiled path's
+    :func:`~fedselect.simulation.engine._global_dropout_masks`."""
+    return torch.rand((n, b, width), device=device, generator=generator) < (1 - p)
+
+
+def _chain_step(
+    plan: tuple[tuple[str, Any], ...],
+    params: Sequence[torch.Tensor],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    ix: torch.Tensor,
+    mask: torch.Tensor,
+    denom: torch.Tensor,
+    keep: Sequence[torch.Tensor | None],
+    rows: torch.Tensor,
+    factor: torch.Tensor,
+    weight_decay: float,
+    update: bool,
+    want_losses: bool,
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """One step of the first k clients: their gradients (when ``update`` is False) and per-sample losses.
+
+    ``params`` are every client's parameters in the plan's order ((N, out, in) weights, (N, 1, out) biases);
+    the first k = ``mask.shape[0]`` rows train. ``keep[i]`` is the i-th dropout layer's (N, B, width) kept
+    entries (None: p is 0 or 1), restricted to ``rows``. With ``update`` the step's ``w -= factor * (g + wd w)`` is
+    applied to the first k rows in place.
+    """
+    k, B = mask.shape
+    x = X[ix].reshape(k, B, -1)
+    weights = mask / denom.unsqueeze(1)
+    active = [p[:k] for p in params]
+    tape: list[tuple[str, Any, torch.Tensor]] = []
+    h, j, n_dropout = x, 0, 0
+    for kind, arg in plan:
+        if kind == "linear":
+            wi, bi = j, (j + 1 if arg else None)
+            j += 2 if arg else 1
+            tape.append(("linear", (wi, bi), h))
+            w = active[wi].transpose(1, 2)
+            h = torch.bmm(h, w) if bi is None else torch.baddbmm(active[bi], h, w)
+        elif kind == "relu":
+            h = torch.relu(h)
+            tape.append(("relu", None, h))
+        else:
+            m = keep[n_dropout]
+            n_dropout += 1
+            if arg == 0.0:
+                continue  # F.dropout returns its input
+            scaled = torch.zeros_like(h) if arg >= 1.0 else m[rows].to(h.dtype) * (1.0 / (1.0 - arg))
+            h = h * scaled
+            tape.append(("mask", None, scaled))
+    logp = torch.log_softmax(h.flatten(0, 1), 1)
+    t = y[ix].reshape(-1, 1)
+    losses = logp.gather(1, t).neg().view(k, B) if want_losses else None
+    seed = torch.zeros_like(logp).scatter_(1, t, weights.reshape(-1, 1).neg())
+    g = torch.ops.aten._log_softmax_backward_data(seed, logp, 1, logp.dtype).view(h.shape)
+    first = next(i for i, entry in enumerate(tape) if entry[0] == "linear")
+    out: list[Any] = [None] * len(active)
+    for i in range(len(tape) - 1, first - 1, -1):
+        kind, arg, saved = tape[i]
+        if kind == "linear":
+            wi, bi = arg
+            out[wi] = torch.bmm(g.transpose(1, 2), saved)  # laid out as the weight: a contiguous update
+            if bi is not None:
+                out[bi] = g.sum(1, keepdim=True)
+            if i > first:
+                g = torch.bmm(g, active[wi])
+        elif kind == "relu":
+            g = torch.ops.aten.threshold_backward(g, saved, 0)
+        else:
+            g = g * saved
+    if not update:
+        return out, losses
+    for cur, grad in zip(active, out):
+        if weight_decay:
+            grad = grad + cur * weight_decay
+        cur.sub_(grad * factor)
+    return [], losses
+
+
+class CompiledChainStep:
+    """The chain step of one chain: :func:`_chain_step` compiled with dynamic sizes, its plan fixed.
+
+    Dynamo keeps at most ``recompile_limit`` (8) graphs per code object, and a process may build engines
+    of many chains; each chain therefore compiles its own copy of the function's code (:meth:`for_plan`
+    shares it between the engines of one chain), so only its own flag combinations (fused update, sample
+    losses: four) and size-1 specialisations count against the limit.
+    """
+
+    def __init__(self, plan: tuple[tuple[str, Any], ...]) -> None:
+        self.plan = plan
+        code = _chain_step.__code__.replace()  # a code object of its own: its own cache of compiled graphs
+        fn = types.FunctionType(code, _chain_step.__globals__, _chain_step.__name__, _chain_step.__defaults__)
+        self.fn = torch.compile(fn, dynamic=True, fullgraph=True)
+
+    @classmethod
+    def for_plan(cls, plan: Sequence[tuple[str, Any]]) -> CompiledChainStep:
+        """The compiled step of a chain (``Engine._plan``), built once per process."""
+        # a linear layer is recorded by whether it has a bias; dropout by its p
+        key = tuple(
+            ("linear", arg[1] is not None) if kind == "linear" else (kind, arg)  # type: ignore[index]
+            for kind, arg in plan
+        )
+        if key not in _STEPS:
+            _STEPS[key] = cls(key)
+        return _STEPS[key]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        # no duck sizing: two sizes equal at the first call (k = N clients) would be traced as one and the
+        # first step with k < N would compile again
+        with torch.fx.experimental._config.patch(use_duck_shape=False):
+            return self.fn(self.plan, *args, **kwargs)
+
+
+_STEPS: dict[tuple[tuple[str, Any], ...], CompiledChainStep] = {}
+
+
+def sgd_chain(
+    engine: Any,
+    start: torch.Tensor,
+    idx: np.ndarray,
+    mask: np.ndarray,
+    lr_rows: torch.Tensor,
+    masks: Callable[[int, int, float, int], torch.Tensor],
+    bufs: dict[str, torch.Tensor],
+    *,
+    weight_decay: float,
+    prox_mu: float,
+    momentum: float,
+    nesterov: bool,
+    sq: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:meth:`Engine._sgd_chain` with each step one compiled graph (``engine._compiled_step``).
+
+    The same schedule (clients sorted by their number of steps, the active ones a prefix), the same update
+    rule; ``masks(step, layer, p, width)`` gives the (N, B, width) kept entries (:func:`dropout_keep`), drawn
+    for every client at every step as on the eager path. Plain SGD with weight decay is updated inside the
+    graph; FedProx's term and momentum are applied outside it, as the eager path writes them.
+    """
+    N, dev = start.shape[0], engine.device
+    n_steps = (mask.sum(axis=2) > 0).sum(axis=0)
+    order = np.argsort(-n_steps, kind="stable")
+    sorted_steps = n_steps[order]
+    idx_t = torch.from_numpy(np.ascontiguousarray(idx[:, order])).to(dev)
+    mask_o = np.ascontiguousarray(mask[:, order])
+    mask_t = torch.from_numpy(mask_o).to(dev)
+    active = torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32)).to(dev)
+    denom = mask_t.sum(2).clamp_min(1.0)
+    order_t = torch.from_numpy(order).to(dev)
+    ordered = start[order_t]
+    names, shapes = [], []
+    for kind, arg in engine._plan:
+        if kind == "linear":
+            w_name, b_name, out_f, in_f = arg
+            names.append(w_name)
+            shapes.append((out_f, in_f))
+            if b_name is not None:
+                names.append(b_name)
+                shapes.append((1, out_f))
+    flat = dict(zip(engine.names, ordered.split(engine.numels, dim=1)))
+    params = [flat[n].reshape(N, *s).clone() for n, s in zip(names, shapes)]
+    anchor = [p.clone() for p in params] if prox_mu else None
+    velocity: list[torch.Tensor | None] = [None] * len(params)
+    lr_o = lr_rows.to(dev)[order_t].unsqueeze(2)
+    drop, width = [], 0  # each dropout layer's p and the width of the activation it masks
+    for kind, arg in engine._plan:
+        if kind == "linear":
+            width = arg[2]
+        elif kind == "dropout":
+            drop.append((float(arg), width))
+    fused = not (prox_mu or momentum)
+    sq_o = None if sq is None else torch.zeros(N, dtype=torch.float64, device=engine._acc)
+    for step in range(idx.shape[0]):
+        k = int((sorted_steps > step).sum())
+        if k == 0:
+            continue
+        keep = [masks(step, i, p, w) if 0.0 < p < 1.0 else None for i, (p, w) in enumerate(drop)]
+        factor = lr_o[:k] * active[step, :k, None, None]
+        # the step's slices as tensors of their own (a view's base and offset would be guarded on: recompiles)
+        grads, losses = engine._compiled_step(
+            params, engine.X, engine.y, idx_t[step, :k].flatten().clone(), mask_t[step, :k].clone(),
+            denom[step, :k].clone(), keep, order_t[:k].clone(), factor, float(weight_decay), fused, sq_o is not None,
+        )  # fmt: skip
+        if sq_o is not None:
+            sq_o[:k] += (engine._f64(losses).square() * mask_t[step, :k].to(engine._acc)).sum(1)
+        if fused:
+            continue
+        with torch.no_grad():
+            for i, g in enumerate(grads):
+                cur = params[i][:k]
+                if weight_decay:
+                    g = g + cur * weight_decay
+                if prox_mu:
+                    assert anchor is not None
+                    g = g + (cur - anchor[i][:k]) * prox_mu
+                if momentum:
+                    v = velocity[i]
+                    if v is None:
+                        velocity[i] = v = g.clone()
+                    else:
+                        v[:k].mul_(momentum).add_(g)
+                    g = g + v[:k] * momentum if nesterov else v[:k]
+                cur.sub_(g * factor)
+    by_name = dict(zip(names, params))
+    final = torch.cat([by_name[n].reshape(N, -1) for n in engine.names], dim=1)
+    if sq is not None and sq_o is not None:
+        sq[order_t.to(sq.device)] = sq_o
+    out = torch.empty_like(final)
+    out[order_t] = final
+    return out
