@@ -173,6 +173,33 @@ def test_measured_seconds_reach_the_records_file_and_the_history(fed8, tmp_path)
         assert RoundRecord.from_dict(json.loads(json.dumps(plain.to_dict()))).reply_seconds == rec.reply_seconds
 
 
+def silent(message):
+    """A fault: no reply to a train message."""
+    return "timeout" if message.metadata.message_type == "train" else None
+
+
+def _everyone_on(fed, grid, clients, *, timeout, rounds=1):
+    """``Everyone`` served by ``grid`` for ``rounds`` rounds with ``train_timeout=timeout``; the strategy afterwards."""
+    strategy = SelectorStrategy(
+        Everyone(),
+        clients_per_round=fed.n_clients,
+        n_clients=fed.n_clients,
+        random_state=0,
+        aggregation="data-size",
+        train_timeout=timeout,
+        connect_timeout=5.0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowerRoundWarning)
+        strategy.start(grid, clients.initial_arrays(), num_rounds=rounds)
+    return strategy
+
+
+def _silent_run(fed, grid, clients, *, timeout):
+    strategy = _everyone_on(fed, grid, clients, timeout=timeout)
+    return strategy.rounds_[0], strategy.selector_.feedbacks_[0]
+
+
 class PolledGrid(LocalGrid):
     """A grid the server must poll, as a deployment's: the replies of the nodes in ``delays`` become visible to
     ``pull_messages`` only that many seconds after the push (a lost message never)."""
@@ -207,20 +234,9 @@ def test_a_polled_grid_times_each_reply_by_the_servers_first_sight_of_it(fed8):
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     grid = PolledGrid(clients.client_app(), fed8.n_clients, seed=5, delays={2: delay})
     lost = grid.node_of_partition(5)
-    grid.faults[lost] = lambda m: "timeout" if m.metadata.message_type == "train" else None
+    grid.faults[lost] = silent
     grid.faults[grid.node_of_partition(6)] = lambda m: "error" if m.metadata.message_type == "train" else None
-    strategy = SelectorStrategy(
-        Everyone(),
-        clients_per_round=8,
-        n_clients=fed8.n_clients,
-        random_state=0,
-        aggregation="data-size",
-        train_timeout=timeout,
-        connect_timeout=5.0,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FlowerRoundWarning)
-        strategy.start(grid, clients.initial_arrays(), num_rounds=2)
+    strategy = _everyone_on(fed8, grid, clients, timeout=timeout, rounds=2)
     for rec, fb in zip(strategy.rounds_, strategy.selector_.feedbacks_):
         assert rec.failed == [5, 6] and sorted(rec.reply_seconds) == rec.reported == [0, 1, 2, 3, 4, 7]
         assert delay <= rec.reply_seconds[2] <= delay + 0.05
@@ -233,27 +249,6 @@ def test_a_polled_grid_times_each_reply_by_the_servers_first_sight_of_it(fed8):
 
 
 # -- silent clients: what the server waited for them, and replies that are not what they claim ----------------------
-def silent(message):
-    """A fault: no reply to a train message."""
-    return "timeout" if message.metadata.message_type == "train" else None
-
-
-def _silent_run(fed, grid, clients, *, timeout):
-    strategy = SelectorStrategy(
-        Everyone(),
-        clients_per_round=fed.n_clients,
-        n_clients=fed.n_clients,
-        random_state=0,
-        aggregation="data-size",
-        train_timeout=timeout,
-        connect_timeout=5.0,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FlowerRoundWarning)
-        strategy.start(grid, clients.initial_arrays(), num_rounds=1)
-    return strategy.rounds_[0], strategy.selector_.feedbacks_[0]
-
-
 def test_on_the_servers_own_grid_a_silent_client_was_waited_for_the_train_timeout(fed8):
     """LocalGrid knows at once that a message is lost ("as if the timeout expired"): the bound is train_timeout,
     not the seconds the other nodes took one after the other."""
