@@ -68,6 +68,28 @@ class Everyone(BaseSelector):
         self.feedbacks_.append(feedback)
 
 
+class ProbeAll(BaseSelector):
+    """Trains every client for an oracle question (``local_updates``), then chooses the first n: the chosen
+    clients are not trained again (their sample losses and reply seconds come from that training)."""
+
+    def __init__(self, needs=()):
+        self.needs_ = needs
+
+    @property
+    def needs(self):  # type: ignore[override]
+        return frozenset(self.needs_)
+
+    def _fit(self, pool):
+        pass
+
+    def _select(self, n, *, round, oracle):
+        oracle.local_updates(np.arange(self.n_clients_))
+        return Selection(np.arange(n))
+
+    def _update(self, feedback):
+        pass
+
+
 def round_messages(grid, t):
     """The fedselect messages (queries and train) the strategy sent in round t (hellos excluded)."""
     return [m for m in grid.sent if m.metadata.group_id == str(t + 1)]

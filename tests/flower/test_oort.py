@@ -20,10 +20,9 @@ import fedselect
 from fedselect import FederatedTrainer
 from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
 from fedselect.flower import _protocol as P
-from fedselect.selection import BaseSelector, Selection
 from fedselect.selectors.oort import OortSelector
 
-from .conftest import TRAIN, Everyone, recording
+from .conftest import TRAIN, Everyone, ProbeAll, recording
 
 TRAINING = ("train", P.UPDATE)
 
@@ -44,26 +43,6 @@ def _flower(fed, selector, *, seed=3, app=None, rounds=10, clients_per_round=4, 
         warnings.simplefilter("ignore", FlowerRoundWarning)
         result = strategy.start(grid, clients.initial_arrays(), num_rounds=rounds, evaluate_fn=clients.evaluate_fn())
     return strategy, grid, result
-
-
-class ProbeAll(BaseSelector):
-    """Trains every client for an oracle question (``local_updates``), then chooses the first n: the chosen
-    clients' sample losses come from that training (they are not trained again)."""
-
-    needs = frozenset({"sample_losses", "durations"})
-
-    def __init__(self):
-        pass
-
-    def _fit(self, pool):
-        pass
-
-    def _select(self, n, *, round, oracle):
-        oracle.local_updates(np.arange(self.n_clients_))
-        return Selection(np.arange(n))
-
-    def _update(self, feedback):
-        pass
 
 
 # -- 1. the same Oort in both worlds ----------------------------------------------------------------------
@@ -100,7 +79,7 @@ def test_a_client_trained_for_an_oracle_question_sends_its_sample_loss_then(fed8
     """The update question asks for the sample loss too: a chosen client trained earlier in the round is not
     trained again, and its sample loss is the simulator's from that training."""
     rounds = 3
-    sel = recording(ProbeAll)()
+    sel = recording(ProbeAll)(needs=("sample_losses", "durations"))
     trainer = FederatedTrainer(
         selector=sel, clients_per_round=3, rounds=rounds, aggregation="data-size", random_state=3, **TRAIN
     ).fit(fed8)
@@ -201,7 +180,11 @@ def test_a_bad_sample_loss_in_a_train_reply_fails_that_client_only(fed8, case):
 @pytest.mark.parametrize("case", ["missing", "NaN", "a string", "an int too large for a float"])
 def test_a_bad_sample_loss_in_an_update_reply_fails_that_client_only(fed8, case):
     strategy, _, _ = _flower(
-        fed8, recording(ProbeAll)(), app=_hostile(1, BAD[case], kinds=(P.UPDATE,)), rounds=2, clients_per_round=3
+        fed8,
+        recording(ProbeAll)(needs=("sample_losses", "durations")),
+        app=_hostile(1, BAD[case], kinds=(P.UPDATE,)),
+        rounds=2,
+        clients_per_round=3,
     )
     for rec, fb in zip(strategy.rounds_, strategy.selector_.feedbacks_):
         assert rec.clients == [0, 1, 2] and rec.failed == [1] and rec.reported == [0, 2]

@@ -15,10 +15,9 @@ from flwr.serverapp.strategy import FedAvg
 
 import fedselect.round as round_module
 from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
-from fedselect.selection import BaseSelector, Selection
 from fedselect.simulation import RoundRecord
 
-from .conftest import TRAIN, Everyone
+from .conftest import TRAIN, Everyone, ProbeAll
 
 SLOW = 0.4  # seconds a slow client sleeps before answering
 
@@ -56,23 +55,6 @@ def _run(fed, selector, *, apps=None, rounds=2, clients_per_round=8, records_pat
         warnings.simplefilter("ignore", FlowerRoundWarning)
         strategy.start(grid, clients.initial_arrays(), num_rounds=rounds, records_path=records_path)
     return strategy
-
-
-class Probe(BaseSelector):
-    """Trains every client for an oracle question (``local_updates``), then chooses the first n."""
-
-    def __init__(self):
-        pass
-
-    def _fit(self, pool):
-        pass
-
-    def _select(self, n, *, round, oracle):
-        oracle.local_updates(np.arange(self.n_clients_))
-        return Selection(np.arange(n))
-
-    def _update(self, feedback):
-        pass
 
 
 def test_every_flower_round_is_played_by_the_round_module(fed8, monkeypatch):
@@ -131,7 +113,7 @@ def test_the_oracles_exchanges_count_in_wall_seconds_but_not_in_reply_seconds(fe
 
 def test_clients_trained_for_an_oracle_question_have_their_reply_seconds(fed8):
     slow_update = {6: lambda app: _app(app, kinds=("query.fedselect_update",), delay=SLOW)}
-    strategy = _run(fed8, Probe(), clients_per_round=2, apps=slow_update)
+    strategy = _run(fed8, ProbeAll(), clients_per_round=2, apps=slow_update)
     for rec in strategy.rounds_:
         assert rec.reported == [0, 1] and rec.traffic["train"].messages_down == 0  # trained already: no message
         assert sorted(rec.reply_seconds) == list(range(8))  # everyone trained this round, for the oracle
