@@ -81,6 +81,8 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
     },
     # kmeans_n_init: every run recorded before it was a parameter ran 10 k-means runs per round.
     "fedselect.selectors.hcsfed:HCSFedSelector": {"max_trained": None, "weighting": "inclusion", "kmeans_n_init": 10},
+    # straggler_reward: every Oort run recorded before it gave stragglers FedScale's mean reward.
+    "fedselect.selectors.oort:OortSelector": {"straggler_reward": "mean"},
 }
 """``module:qualname`` -> {parameter added after runs had been recorded: the default that reproduces those runs}.
 
