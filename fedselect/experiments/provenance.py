@@ -70,6 +70,7 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         "overselect": 1.3,
         "server_knows_profiles": False,
         "device": "cpu",  # every run before devices trained on the CPU
+        "engine": "eager",  # every run before the compiled path trained on the eager one
     },
     "fedselect.selectors.clustered:ClusteredSamplingSelector": {"similarity": "dense", "n_neighbors": 10},
     "fedselect.selectors.ocs:OptimalClientSamplingSelector": {"max_trained": None},

@@ -31,6 +31,7 @@ from ..selection import (
     is_int,
     is_real,
 )
+from ._compiled import PATHS
 from .checkpoint import (
     CheckpointMismatchError,
     JSONValue,
@@ -732,6 +733,13 @@ class FederatedTrainer(BaseEstimator):
         view and the checkpoints stay on the CPU. One seed gives the same bits on every machine of one kind
         (the CPU's are those of every earlier version); other kinds round differently. The run's settings
         (``history_.config``) record the kind ``"auto"`` chose. See :ref:`devices`.
+    engine : {"eager", "compiled"}, default "eager"
+        How local steps are computed: ``"eager"``, the bit-stable reference, or ``"compiled"``, each step
+        one ``torch.compile`` graph (faster, rounded differently). The compiled path takes the built-in
+        Flatten/Linear/ReLU/Dropout chains (``logistic``, ``mlp``) with ``loss="cross-entropy"``; another
+        model, or a machine where torch.compile fails, is refused before training. Its float rounding
+        and dropout masks differ from eager's (the same call still gives the same bits), so a compiled
+        run is another run: its settings, key and checkpoints record the path. See :ref:`devices_compiled`.
 
     Attributes
     ----------
@@ -805,6 +813,7 @@ class FederatedTrainer(BaseEstimator):
         overselect: float = 1.3,
         server_knows_profiles: bool = False,
         device: str | torch.device = "cpu",
+        engine: str = "eager",
     ) -> None:
         self.selector = selector
         self.model = model
@@ -844,6 +853,7 @@ class FederatedTrainer(BaseEstimator):
         self.overselect = overselect
         self.server_knows_profiles = server_knows_profiles
         self.device = device
+        self.engine = engine
 
     # -- validation -----------------------------------------------------------------
     # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
@@ -888,6 +898,7 @@ class FederatedTrainer(BaseEstimator):
         "overselect": [Interval(Real, 1, None, closed="left")],
         "server_knows_profiles": ["boolean"],
         "device": DEVICE_CONSTRAINTS,  # a name or torch.device this machine has (resolve_device)
+        "engine": [StrOptions(PATHS)],  # Engine's path: eager (the reference) or compiled
     }
 
     def _validate(self, fed: Any) -> None:
@@ -1114,7 +1125,7 @@ class FederatedTrainer(BaseEstimator):
             torch.manual_seed(int(self._seeds[2]))
             self._engine = build_engine(self.model, self.model_params, fed, batch_size=self.batch_size,
                                         local_steps=self.local_steps, loss=self.loss, owner="FederatedTrainer",
-                                        device=self.device)
+                                        device=self.device, path=self.engine)
             self._buffers = dict(self._engine.buffers) or None
             selector = self._make_selector()
             selector.fit(fed.client_pool())
@@ -1503,19 +1514,23 @@ def _plain(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_engine(model: Any, model_params: Mapping[str, Any] | None, fed: Any, *, batch_size: int,
                  local_steps: int | None, loss: Any = "cross-entropy", owner: str,
-                 device: str | torch.device = "cpu") -> Engine:
+                 device: str | torch.device = "cpu", path: str = "eager") -> Engine:
     """The initial model on ``fed``'s data, as :class:`FederatedTrainer` and the Flower clients start.
 
     :func:`build_initial_model` (on the CPU, under the caller's seed, so the initial weights do not
     depend on the device), then an :class:`Engine` on ``device`` (whose probe runs the model once,
     so a model or loss that cannot run fails here, prefixed with ``owner``; the data is copied to
-    the device here), then :func:`check_single_sample_batches`. The caller seeds torch first.
+    the device here; ``path`` is the Engine's, eager or compiled), then :func:`check_single_sample_batches`.
+    The caller seeds torch first.
     """
     module = build_initial_model(model, model_params, fed, owner=owner)
     try:
-        engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test, loss=loss, device=device)
+        engine = Engine(module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test, loss=loss, device=device,
+                        path=path)
     except ValueError as exc:
-        raise ValueError(f"{owner}: {exc}") from exc
+        # the Engine names its own parameter (path=); the trainer's user set engine=
+        said = f" engine={path!r}:" if str(exc).startswith("path=") else ""
+        raise ValueError(f"{owner}:{said} {exc}") from exc
     check_single_sample_batches(engine, fed.n_train_samples, batch_size, local_steps, owner=owner)
     return engine
 
