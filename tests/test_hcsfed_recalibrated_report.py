@@ -149,7 +149,7 @@ def test_each_hcsfed_row_is_one_holm_family_of_three(report):
     hu = next(x for x in first if x.startswith(f"  - {HU}:"))
     assert hu.startswith(f"  - {HU}: reproduces: paired by seed, Holm over its 3 comparisons with Random, ")
     for base in hr.CLAIM_BASELINES:
-        assert f"{base} (mean +4.9 rounds, p_Holm = {expected:.3f})" in hu
+        assert f"{base} (baseline − HCSFed +4.9 rounds, p_Holm = {expected:.3f})" in hu
     assert "Speed-up over Cluster: smaller than the paper's (x1.03 here, paper x1.79 = 145 / 81)" in hu
     um = next(x for x in first if x.startswith(f"  - {UM}:"))
     assert "Speed-up over Cluster: as large as the paper's (x2.50 here" in um

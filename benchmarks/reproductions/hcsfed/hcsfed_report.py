@@ -705,7 +705,9 @@ def _row_verdict(comp, row: str, *, paper: dict, planned: int, not_reached: int)
         verdict = "undecided so far"
 
     def names(rs: list[dict]) -> str:
-        return ", ".join(f"{r['scheme']} (mean {r['mean']:+.1f} rounds, p_Holm = {r['p_holm']:.3f})" for r in rs)
+        return ", ".join(
+            f"{r['scheme']} (baseline − HCSFed {r['mean']:+.1f} rounds, p_Holm = {r['p_holm']:.3f})" for r in rs
+        )
 
     parts = [f"significantly faster than {names(faster)}"] if faster else []
     parts += [f"not significantly different from {names(level)}"] if level else []
