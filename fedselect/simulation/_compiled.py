@@ -182,25 +182,12 @@ def sgd_chain(
     graph; FedProx's term and momentum are applied outside it, as the eager path writes them.
     """
     N, dev = start.shape[0], engine.device
-    n_steps = (mask.sum(axis=2) > 0).sum(axis=0)
-    order = np.argsort(-n_steps, kind="stable")
-    sorted_steps = n_steps[order]
-    idx_t = torch.from_numpy(np.ascontiguousarray(idx[:, order])).to(dev)
-    mask_o = np.ascontiguousarray(mask[:, order])
-    mask_t = torch.from_numpy(mask_o).to(dev)
-    active = torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32)).to(dev)
-    denom = mask_t.sum(2).clamp_min(1.0)
-    order_t = torch.from_numpy(order).to(dev)
+    sched = engine._chain_schedule(idx, mask)
+    sorted_steps, order_t = sched.sorted_steps, sched.order_t
+    idx_t, mask_t, active, denom = sched.idx_t, sched.mask_t, sched.active, sched.denom
     ordered = start[order_t]
-    names, shapes = [], []
-    for kind, arg in engine._plan:
-        if kind == "linear":
-            w_name, b_name, out_f, in_f = arg
-            names.append(w_name)
-            shapes.append((out_f, in_f))
-            if b_name is not None:
-                names.append(b_name)
-                shapes.append((1, out_f))
+    chain_shapes = engine._chain_shapes()
+    names, shapes = list(chain_shapes), list(chain_shapes.values())
     flat = dict(zip(engine.names, ordered.split(engine.numels, dim=1)))
     params = [flat[n].reshape(N, *s).clone() for n, s in zip(names, shapes)]
     anchor = [p.clone() for p in params] if prox_mu else None

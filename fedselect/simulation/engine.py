@@ -352,6 +352,19 @@ class LocalSchedule:
 
 
 @dataclass(frozen=True)
+class _ChainSchedule:
+    """A chain's clients ordered by their number of local steps (:meth:`Engine._chain_schedule`)."""
+
+    identity: bool  # the order is the given one
+    sorted_steps: np.ndarray  # (N,) steps of each client, in order
+    order_t: torch.Tensor  # (N,) the order, on the device
+    idx_t: torch.Tensor  # (S, N, B) minibatch indices, in order
+    mask_t: torch.Tensor  # (S, N, B) 1 for a real sample, 0 for padding
+    active: torch.Tensor  # (S, N) 1 while the client has a step
+    denom: torch.Tensor  # (S, N) real samples per step, at least 1
+
+
+@dataclass(frozen=True)
 class LocalTraining:
     """One run's part of :meth:`Engine.train_many`: what its chosen clients' local training produced.
 
@@ -1081,6 +1094,37 @@ class Engine:
         groups = self._length_groups(mask.sum(axis=2).astype(np.int64))
         return lambda s, p: self._grouped_objective(p, bufs, idx_t[s], groups[s], sq=sq)
 
+    def _chain_schedule(self, idx: np.ndarray, mask: np.ndarray) -> _ChainSchedule:
+        """The clients of a chain's local training ordered by their number of steps, longest first (the active
+        clients of each step are then a prefix), and the round's minibatch indices and masks in that order, on
+        the device once, before the first step (:meth:`_sgd_chain` and the compiled path's)."""
+        dev = self.device
+        n_steps = (mask.sum(axis=2) > 0).sum(axis=0)  # (N,): steps are a prefix of each client's round
+        order = np.argsort(-n_steps, kind="stable")
+        mask_o = np.ascontiguousarray(mask[:, order])
+        mask_t = torch.from_numpy(mask_o).to(dev)
+        return _ChainSchedule(
+            identity=bool((order == np.arange(order.size)).all()),
+            sorted_steps=n_steps[order],
+            order_t=torch.from_numpy(order).to(dev),
+            idx_t=torch.from_numpy(np.ascontiguousarray(idx[:, order])).to(dev),
+            mask_t=mask_t,
+            active=torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32)).to(dev),
+            denom=mask_t.sum(2).clamp_min(1.0),
+        )
+
+    def _chain_shapes(self) -> dict[str, tuple[int, int]]:
+        """Each linear parameter of the chain, in the chain's order, and its per-client shape: ``(out, in)`` for a
+        weight, ``(1, out)`` for a bias."""
+        shapes: dict[str, tuple[int, int]] = {}
+        for kind, arg in self._plan or ():
+            if kind == "linear":
+                w_name, b_name, out_f, in_f = arg  # type: ignore[misc]
+                shapes[w_name] = (out_f, in_f)
+                if b_name is not None:
+                    shapes[b_name] = (1, out_f)
+        return shapes
+
     def _sgd_chain(
         self,
         start: torch.Tensor,
@@ -1111,29 +1155,15 @@ class Engine:
         """
         N = start.shape[0]
         dev = self.device
-        n_steps = (mask.sum(axis=2) > 0).sum(axis=0)  # (N,): steps are a prefix of each client's round
-        order = np.argsort(-n_steps, kind="stable")
-        identity = bool((order == np.arange(N)).all())
-        sorted_steps = n_steps[order]
-        # the minibatch indices and masks go to the device once, before the first step
-        idx_t = torch.from_numpy(np.ascontiguousarray(idx[:, order])).to(dev)
-        mask_o = np.ascontiguousarray(mask[:, order])
-        mask_t = torch.from_numpy(mask_o).to(dev)
-        active = torch.from_numpy((mask_o.sum(axis=2) > 0).astype(np.float32)).to(dev)  # (S, N)
-        denom = mask_t.sum(2).clamp_min(1.0)
-        order_t = torch.from_numpy(order).to(dev)
+        sched = self._chain_schedule(idx, mask)
+        identity, sorted_steps, order_t = sched.identity, sched.sorted_steps, sched.order_t
+        idx_t, mask_t, active, denom = sched.idx_t, sched.mask_t, sched.active, sched.denom
         lr_rows = lr_rows.to(dev)
         ordered = start[order_t] if not identity else start
         # Each parameter as its own (N, out, in) or (N, 1, out) tensor: its gradient then arrives as the batched
         # product computes it, where a flat (N, D) leaf would cost two copies of it per step (to lay the
         # transposed weight gradient out flat, and to concatenate the parameters' gradients).
-        shapes = {}
-        for kind, arg in self._plan or ():
-            if kind == "linear":
-                w_name, b_name, out_f, in_f = arg  # type: ignore[misc]
-                shapes[w_name] = (out_f, in_f)
-                if b_name is not None:
-                    shapes[b_name] = (1, out_f)
+        shapes = self._chain_shapes()
         flat = dict(zip(self.names, ordered.split(self.numels, dim=1)))
         params = {n: flat[n].reshape(N, *shapes[n]).clone() for n in self.names}
         anchor = {n: v.clone() for n, v in params.items()} if prox_mu else None
