@@ -18,6 +18,7 @@ import numbers
 import os
 import re
 import shutil
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -305,12 +306,43 @@ def check_plan(
         if model not in registry("models"):  # names and aliases
             raise KeyError(f"unknown model {model!r}; registered models: {', '.join(list_models())}")
     check_clients_per_round(trainer_kw.get("clients_per_round"), source.n_clients() if source else None)
+    if trainer_kw.get("engine") == "compiled":
+        _check_compiled_path(trainer_kw, source)
     if source is not None and source.kind == "mapping" and source.spec.get("profiles") is not None:
         for seed in seeds:  # a bad kind, parameter or file, or devices for another number of clients
             source.profiles_fingerprint(seed)
     if out_dir is not None:
         _check_writable_dir(Path(out_dir) / "runs")
     return built
+
+
+def _check_compiled_path(trainer_kw: Mapping[str, Any], source: FederationSource | None) -> None:
+    """Refuse ``engine="compiled"`` for a model or loss the compiled path does not take, before any run trains.
+
+    The model is built on the federation's input shape when a Federation object is given, else on a probe shape
+    (the rule looks at the layers' kinds, not their sizes); a builder that cannot build on the probe shape is left
+    to the Engine, which applies the same rule when the first run starts.
+    """
+    import torch
+
+    from ..simulation._compiled import compile_unusable
+    from ..simulation.engine import compiled_path_refusal
+    from ..simulation.trainer import FederatedTrainer, build_initial_model
+
+    model = trainer_kw.get("model", inspect.signature(FederatedTrainer).parameters["model"].default)
+    fed = source.spec if source is not None and source.kind == "object" else None
+    shape, n_out = (tuple(fed.input_shape), int(getattr(fed, "n_outputs", fed.n_classes))) if fed else ((1, 28, 28), 10)
+    probe = types.SimpleNamespace(input_shape=shape, n_classes=n_out, n_outputs=n_out)
+    state = torch.get_rng_state()
+    try:
+        module = build_initial_model(model, trainer_kw.get("model_params"), probe, owner="engine='compiled'")
+    except Exception:  # a builder that needs the real data: the Engine checks when the first run starts
+        return
+    finally:
+        torch.set_rng_state(state)  # building draws initial weights; the runs seed torch themselves anyway
+    why = compiled_path_refusal(module, trainer_kw.get("loss", "cross-entropy")) or compile_unusable()
+    if why is not None:
+        raise ValueError(f"engine='compiled' is refused before any run trains: {why}")
 
 
 def _check_writable_dir(directory: Path) -> None:

@@ -550,11 +550,7 @@ class Engine:
     def _use_compiled(self) -> None:
         """Train through the compiled chain step (:mod:`fedselect.simulation._compiled`), or say why it cannot."""
         if self._plan is None or self._chain_step != self._chain_step_by_hand:
-            raise ValueError(
-                f"path='compiled' compiles the local step of a Flatten/Linear/ReLU/Dropout chain (the built-in "
-                f"logistic and mlp) trained with loss='cross-entropy' on class labels; the model "
-                f"{type(self.model).__name__} with loss={self.loss!r} trains on the eager path only (path='eager')"
-            )
+            raise ValueError(_compiled_refusal_message(self.model, self.loss))
         why = compile_unusable()
         if why is not None:
             raise ValueError(f"path='compiled' needs torch.compile (inductor), which fails here: {why}")
@@ -1693,6 +1689,28 @@ def _check_model(model: nn.Module) -> None:
                 "batch); give it a float momentum, e.g. momentum=0.1 (torch's default), or "
                 "track_running_stats=False"
             )
+
+
+def _compiled_refusal_message(model: nn.Module, loss: Any) -> str:
+    return (f"path='compiled' compiles the local step of a Flatten/Linear/ReLU/Dropout chain (the built-in "
+            f"logistic and mlp) trained with loss='cross-entropy' on class labels; the model "
+            f"{type(model).__name__} with loss={loss!r} trains on the eager path only (path='eager')")
+
+
+def compiled_path_refusal(model: nn.Module, loss: Any = "cross-entropy") -> str | None:
+    """Why ``Engine(path="compiled")`` would refuse ``model`` trained with ``loss``, or None when it takes them.
+
+    The same rule the Engine applies when it is built (a Flatten/Linear/ReLU/Dropout chain, the built-in
+    cross-entropy), checked without data, so that a comparison can refuse a plan before any run trains; the
+    Engine also needs class labels (integer targets), which only the data can tell.
+    """
+    try:
+        by_hand = resolve_loss(loss) is _cross_entropy
+    except ValueError as exc:
+        return str(exc)
+    if not by_hand or _linear_chain(model, [n for n, _ in model.named_parameters()]) is None:
+        return _compiled_refusal_message(model, loss)
+    return None
 
 
 def _linear_chain(model: nn.Module, names: list[str]) -> list[tuple[str, object]] | None:

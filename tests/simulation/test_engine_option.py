@@ -105,6 +105,45 @@ def test_compiled_where_torch_compile_fails_is_refused_before_training(digits_fe
         FederatedTrainer(**KW, engine="compiled").fit(digits_fed)
 
 
+@pytest.mark.parametrize("model, loss", [("cnn", "cross-entropy"), ("resnet-gn", "cross-entropy"), ("mlp", "mse")])
+def test_a_comparison_refuses_compiled_for_a_model_it_cannot_compile_before_any_run(model, loss, tmp_path, monkeypatch):
+    from fedselect.experiments.plan import check_plan
+    from fedselect.simulation import trainer
+
+    def never(*args, **kwargs):
+        raise AssertionError("an engine was built before the plan was refused")
+
+    monkeypatch.setattr(trainer, "build_engine", never)
+    kw = dict(model=model, loss=loss, engine="compiled", rounds=1, clients_per_round=2)
+    fed = {"dataset": "digits", "n_clients": 8}
+    with pytest.raises(ValueError, match=r"engine='compiled' is refused before any run trains: path='compiled' compi"):
+        check_plan(["random"], trainer=kw, seeds=[0], federation=fed, out_dir=tmp_path)
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+    check_plan(["random"], trainer={**kw, "engine": "eager"}, seeds=[0], federation=fed)  # eager takes it
+
+
+def test_a_comparison_takes_compiled_for_the_chains_and_checks_torch_compile_first(digits_fed, monkeypatch):
+    from fedselect.experiments import plan
+    from fedselect.simulation import _compiled
+
+    kw = dict(model="mlp", engine="compiled", rounds=1, clients_per_round=2)
+    monkeypatch.setattr(_compiled, "compile_unusable", lambda: None)
+    plan.check_plan(["random"], trainer=kw, seeds=[0], federation=digits_fed)  # a Federation object: its shape
+    plan.check_plan(["random"], trainer={**kw, "model": "logistic"}, seeds=[0])
+    monkeypatch.setattr(_compiled, "compile_unusable", lambda: "CalledProcessError: no C++ compiler")
+    with pytest.raises(ValueError, match=r"refused before any run trains: CalledProcessError: no C\+\+ compiler"):
+        plan.check_plan(["random"], trainer=kw, seeds=[0], federation=digits_fed)
+
+
+def test_the_cli_compare_refuses_compiled_for_a_cnn_before_training(tmp_path, capsys):
+    args = ["compare", "--selectors", "random", "--seeds", "0", "--model", "cnn", "--engine", "compiled",
+            "--n-clients", "8", "--clients-per-round", "2", "--rounds", "1", "--out", str(tmp_path / "out")]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "engine='compiled' is refused before any run trains" in err and "FedCorCNN" in err, err
+    assert not list((tmp_path / "out").glob("runs/*.json"))
+
+
 def test_the_cli_offers_engine_and_refuses_other_values(capsys):
     help_text = " ".join(_help(["run", "--help"], capsys).split())
     assert "--engine {eager,compiled}" in help_text and "FederatedTrainer's default eager" in help_text
