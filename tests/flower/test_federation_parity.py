@@ -80,3 +80,35 @@ def test_federation_clients_take_a_device_and_refuse_an_absent_one():
             FederationClients(fed, model="logistic", device="cuda")
     with pytest.raises(ValueError):
         FederationClients(fed, model="logistic", device="tpu")
+
+
+def test_federation_clients_take_an_engine_path_and_refuse_a_bad_one_before_any_message():
+    import torch
+
+    from fedselect.simulation._compiled import compile_unusable
+
+    fed = make_federation("digits", partition="shards", n_clients=6, random_state=0)
+    for bad in ("fast", "", None, "Compiled"):
+        with pytest.raises(ValueError, match=r"FederationClients: engine=.* is not one of \['eager', 'compiled'\]"):
+            FederationClients(fed, model="logistic", engine=bad)
+    def tanh_mlp(shape, n_out):  # not a Flatten/Linear/ReLU/Dropout chain
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(shape)), 8), torch.nn.Tanh(),
+                                   torch.nn.Linear(8, n_out))
+
+    tanh = FederationClients(fed, model=tanh_mlp, local_steps=2, engine="compiled")
+    with pytest.raises(ValueError, match=r"FederationClients: engine='compiled': path='compiled' compiles .*Sequential"):
+        tanh.initial_arrays()  # on the server, before any message is sent
+    if compile_unusable() is not None:
+        pytest.skip(f"torch.compile (inductor) is unusable here: {compile_unusable()}")
+
+    def update(engine):
+        clients = FederationClients(fed, model="logistic", local_steps=3, batch_size=8, lr=0.1, engine=engine)
+        arrays = [a.numpy() for a in clients.initial_arrays().values()]
+        deltas, metrics = clients.train(arrays, {"fedselect-round": 0}, _context(2))
+        return clients, np.concatenate([d.ravel() for d in deltas]), metrics
+
+    clients, compiled, metrics = update("compiled")
+    assert clients.engine.path == "compiled" and metrics["fedselect-local-steps"] == 3
+    again, eager = update("compiled")[1], update("eager")[1]
+    assert compiled.tobytes() == again.tobytes()  # the same call, the same bits
+    assert np.abs(compiled).max() > 0 and np.allclose(compiled, eager, atol=1e-5)  # the same training, rounded apart
