@@ -17,7 +17,13 @@ the throughput of a 2048 x 2048 float32 matrix product on one thread, measured i
 
 Usage::
 
-    python -m benchmarks.speed.bench_compiled [--rounds 30] [--runs 10] [--warmup 2]
+    python -m benchmarks.speed.bench_compiled [--rounds 30] [--runs 10] [--warmup 2] [--profile 5]
+
+``--profile N`` then profiles N more rounds of S = ``--runs`` on each path (``torch.profiler``, CPU) and
+prints where the distance to the bound goes: the matrix products (``mm``/``bmm``/``baddbmm``/``addmm``, their
+achieved GFLOP/s against the 2048^3 product's), inductor's fused kernels (compiled) or the element-wise ops
+(eager), the dropout draws, index/gather, other ops, and the time outside any op (Python, dispatch, the
+graph's call), each as a share of the round and as a multiple of the bound.
 """
 
 from __future__ import annotations
@@ -54,6 +60,50 @@ def _round(eng: Engine, theta: torch.Tensor, batches: list, rnd: int) -> float:
     return time.perf_counter() - start
 
 
+_KINDS = (
+    ("matrix products", ("aten::mm", "aten::bmm", "aten::baddbmm", "aten::addmm", "aten::addbmm")),
+    ("dropout draws", ("aten::uniform_", "aten::rand", "aten::bernoulli_", "aten::bernoulli")),
+    ("index / gather", ("aten::index", "aten::index_select", "aten::gather", "aten::take", "aten::embedding")),
+)
+
+
+def _kind(name: str) -> str:
+    for kind, ops in _KINDS:
+        if name in ops:
+            return kind
+    if name.startswith(("cpp_fused", "kernel_cpp", "triton_", "graph_")) or "CompiledFxGraph" in name:
+        return "inductor fused kernels"
+    if name.startswith("aten::"):
+        return "other aten ops (element-wise, reductions, copies)"
+    return "other"
+
+
+def _profile(eng: Engine, theta: torch.Tensor, batches_of: list, rounds: int, bound: float, gflops: float) -> None:
+    """Print where one path's round goes (see the module docstring, ``--profile``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    walls = []
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for rnd in range(rounds):
+            walls.append(_round(eng, theta, batches_of[rnd % len(batches_of)], rnd))
+    wall = sum(walls) / rounds
+    shares: dict[str, float] = {}
+    for evt in prof.key_averages():
+        if evt.key.startswith(("ProfilerStep", "Torch-Compiled Region", "## ")):
+            continue  # wrappers: their children are counted
+        kind = _kind(evt.key)
+        shares[kind] = shares.get(kind, 0.0) + evt.self_cpu_time_total / 1e6 / rounds
+    inside = sum(shares.values())
+    shares["outside any op (Python, dispatch, graph calls)"] = max(wall - inside, 0.0)
+    print(f"  {eng.path}: {wall * 1e3:.1f} ms per round under the profiler ({wall / bound:.2f}x bound)")
+    mm = shares.get("matrix products", 0.0)
+    for kind, sec in sorted(shares.items(), key=lambda kv: -kv[1]):
+        print(f"    {kind:50s} {sec * 1e3:8.1f} ms  {sec / wall:6.1%}  {sec / bound:5.2f}x bound")
+    if mm > 0:
+        print(f"    the matrix products do the bound's FLOP at {gflops * bound / mm:.1f} GFLOP/s "
+              f"({bound / mm:.0%} of the 2048^3 product's {gflops:.1f}): {mm / bound:.2f}x bound by themselves")
+
+
 def _load() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -63,8 +113,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30, help="measured rounds for S = 1 (a third of them for S = runs)")
     ap.add_argument("--runs", type=int, default=10, help="runs trained at once in the batched case")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up rounds per S, not counted")
+    ap.add_argument("--profile", type=int, default=0, help="then profile this many rounds of S = runs per path")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.profile:  # name inductor's C++ kernels in the profile (a record_function around each; set before compiling)
+        import torch._inductor.config as inductor_config
+
+        inductor_config.cpp.enable_kernel_profile = True
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"command: python -m benchmarks.speed.bench_compiled {' '.join(sys.argv[1:])}".rstrip())
     print(f"code: working tree on {head or '?'}; torch {torch.__version__}, 1 thread; {cpu_model()}")
@@ -115,6 +170,10 @@ def main() -> None:
             f"        first compiled call {first:.1f} s (eager's first {eager_first * 1e3:.0f} ms): "
             f"{graphs1 - graphs0} graph(s) compiled there, {graphs2 - graphs1} during the measured rounds"
         )
+        if args.profile and runs > 1:
+            print(f"profile of S = {runs} ({args.profile} rounds per path, torch.profiler, CPU):")
+            for path in ("compiled", "eager"):
+                _profile(engines[path], theta, batches_of, args.profile, bound, gflops)
     print(f"load average after: {_load()}")
 
 
