@@ -257,7 +257,8 @@ def grid(fed: Federation, args: argparse.Namespace, device: str, path: str, batc
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="cnn", help="a registered CIFAR model: cnn, cnn-flsim, resnet-gn (default cnn)")
+    ap.add_argument("--model", default="cnn", help="a registered model: cnn, cnn-flsim, resnet-gn, or mlp / "
+                    "logistic (the models the compiled path takes; default cnn)")
     ap.add_argument("--clients", type=int, default=5, help="clients per round C (default 5)")
     ap.add_argument("--n-clients", type=int, default=25, help="clients in the federation (default 25)")
     ap.add_argument("--samples", type=int, default=2500, help="training samples of the synthetic data (default 2500)")
@@ -292,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
             f"({step_flop / 1e9:.2f} GFLOP per step); float32 2048^3 matrix product: {peak:.1f} GFLOP/s"
         )
         for path in engine_paths():
+            refused = _path_refuses(path, args.model, shape)
+            if refused:
+                print(f"  {path}: not run: {refused}")
+                continue
             trainer, total = one_run(fed, args, device, path)
             seconds = [r.seconds for r in trainer.history_.rounds]
             work = round_work(trainer, fed, fwd)
@@ -314,6 +319,19 @@ def main(argv: list[str] | None = None) -> int:
                 line += f"; {together:.2f} s with each scheme's seeds trained together ({serial / together:.2f}x)"
             print(line)
     return 0
+
+
+def _path_refuses(path: str, model: str, shape: tuple[int, ...]) -> str | None:
+    """Why the trainer's engine path ``path`` does not take ``model`` (the compiled path takes the built-in chains,
+    ``logistic`` and ``mlp``), or None."""
+    if path != "compiled":
+        return None
+    from fedselect.simulation._compiled import compile_unusable
+    from fedselect.simulation.engine import compiled_path_refusal
+
+    torch.manual_seed(0)
+    why = compiled_path_refusal(build_model(model, shape, 10)) or compile_unusable()
+    return None if why is None else f"{why} (try --model mlp)"
 
 
 def _batchable(model: str, fed: Federation) -> bool:
