@@ -2,20 +2,31 @@
 
 select -> validate -> train the chosen clients -> reporters -> weights -> apply -> RoundFeedback
 -> update, written once. A *transport* is what carries the round to clients: the simulator's
-engine (:class:`fedselect.simulation.trainer.SimulationOracle`, which answers by yielding
-:class:`~fedselect.simulation.trainer.TrainingRequest` so that
-:func:`fedselect.simulation.batched.fit_runs` can batch several runs), a Flower grid
-(:class:`fedselect.flower.FlowerOracle`, which yields the round's train messages: Flower's
-``configure_train`` returns them and ``aggregate_train`` sends the replies back in) or the
-synthetic test oracle (:class:`fedselect.testing.SyntheticOracle`). The round is a generator:
-whatever the transport yields (a request to run) passes through to the caller, whose reply is
-sent back in. Aggregation itself is :mod:`fedselect.aggregation`.
+engine (:class:`fedselect.simulation.trainer.SimulationOracle`), a Flower grid
+(:class:`fedselect.flower.FlowerOracle`) or the synthetic test oracle
+(:class:`fedselect.testing.SyntheticOracle`).
+
+A round is three plain phases, its state between them an :class:`OpenRound`:
+
+1. :func:`open_round`: the selector selects (its oracle questions answered as it asks them),
+   the selection is validated and the transport starts the chosen clients' training
+   (:meth:`Transport.start_training`), which returns what the runtime must run or send for it,
+   ``OpenRound.request``: the simulator's :class:`~fedselect.simulation.trainer.TrainingRequest`
+   (so that :func:`fedselect.simulation.batched.fit_runs` can answer several runs' requests in
+   one computation), Flower's train messages (``configure_train`` returns them), or None (the
+   transport trained the clients itself);
+2. :meth:`OpenRound.conclude` with the answer (the training's result, Flower's replies):
+   :func:`conclude_round`, the reports weighed and applied, the feedback built;
+3. the runtime's own checks and evaluation, then :meth:`OpenRound.learn`: the selector's update.
+
+:func:`play_round` runs the three in one call for a runtime that answers the request at once.
+Aggregation itself is :mod:`fedselect.aggregation`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,7 +35,7 @@ import torch
 from .aggregation import aggregation_weights, apply_deltas
 from .selection import BaseSelector, ClientOracle, RoundFeedback, Selection
 
-__all__ = ["Aggregate", "Apply", "Reports", "Transport", "conclude_round", "play_round"]
+__all__ = ["Aggregate", "Apply", "OpenRound", "Reports", "Transport", "conclude_round", "open_round", "play_round"]
 
 
 @dataclass
@@ -63,10 +74,21 @@ class Reports:
 
 
 class Transport(Protocol):
-    """What a round needs of the world that carries it to the clients."""
+    """What a round needs of the world that carries it to the clients.
 
-    def train_chosen(self, ids: np.ndarray) -> Generator[Any, Any, Reports]:
-        """Train the chosen (distinct) ``ids`` not yet trained this round; the reports of those that answer."""
+    Training is two calls, so that the runtime can run or send the work in between (and batch
+    it with other runs'): :meth:`start_training` returns the request, the runtime answers it and
+    hands the answer to :meth:`finish_training`. A transport that trains at once returns None
+    and is given None back.
+    """
+
+    def start_training(self, ids: np.ndarray) -> Any:
+        """Start training the chosen (distinct) ``ids`` not yet trained this round; what the runtime must run
+        or send for it (None: nothing, the transport trained them itself)."""
+
+    def finish_training(self, reply: Any) -> Reports:
+        """The reports of the chosen clients that answer, given the answer to :meth:`start_training`'s
+        request (None when it asked for nothing)."""
 
     def aggregate_buffers(self, reporters: np.ndarray, weights: np.ndarray) -> Any:
         """The global buffers averaged over ``reporters`` with ``weights`` (None for a model without)."""
@@ -107,21 +129,31 @@ def _numpy(x: Any) -> np.ndarray:
 #: strategy), given the reporters' weights; returns w^{t+1}, or None when it produces no model.
 Apply = Callable[[Any, Selection, Reports, np.ndarray], Any]
 
+#: ``contain(step, exc, aggregate)``: whether a selector's exception in ``step`` is contained (see :func:`open_round`).
+Contain = Callable[[str, Exception, Aggregate | None], bool]
+
 
 def conclude_round(
-    transport: Transport, selection: Selection, theta: Any, *, round: int, needs: frozenset[str] = frozenset(),
-    rule: str = "data-size", n_samples: Any = None, partial_weights: str = "rescale", accumulate: str = "float32",
-    apply: Apply | None = None,
-) -> Generator[Any, Any, Aggregate]:
-    """Train a validated selection, weigh and apply what its reporters sent, and build the feedback.
+    transport: Transport, selection: Selection, theta: Any, reply: Any = None, *, round: int,
+    needs: frozenset[str] = frozenset(), rule: str = "data-size", n_samples: Any = None,
+    partial_weights: str = "rescale", accumulate: str = "float32", apply: Apply | None = None,
+) -> Aggregate:
+    """Finish a validated selection's training, weigh and apply what its reporters sent, and build the feedback.
+
+    Phase 2 of a round (:meth:`OpenRound.conclude`): the transport turns ``reply`` into the
+    reports (:meth:`Transport.finish_training`).
 
     Parameters
     ----------
     transport : Transport
+        Its training of ``selection``'s clients started (:meth:`Transport.start_training`).
     selection : Selection
         Validated (:meth:`Selection.validated`).
     theta : Tensor or ndarray, shape (D,)
         w^t.
+    reply : object, optional
+        The answer to the request :meth:`Transport.start_training` returned (None when it
+        returned None).
     round : int
     needs : frozenset of str
         The selector's ``needs`` (``"updates"``, ``"global"``, ``"durations"``,
@@ -141,7 +173,7 @@ def conclude_round(
     Aggregate
     """
     ids = selection.clients
-    reports = yield from transport.train_chosen(ids)
+    reports = transport.finish_training(reply)
     reporters = reports.clients
     reported = np.isin(ids, reporters)
     weights = aggregation_weights(selection, reported, rule=rule, n_samples=n_samples,
@@ -171,12 +203,61 @@ def conclude_round(
     return Aggregate(selection, weights, reported, new_theta, buffers, feedback)
 
 
-def play_round(
+@dataclass
+class OpenRound:
+    """A round between its phases: selected and validated, its training started (:func:`open_round`).
+
+    Attributes
+    ----------
+    transport : Transport
+    selector : BaseSelector
+    selection : Selection
+        The validated selection.
+    theta : Tensor or ndarray
+        w^t.
+    round : int
+    request : object or None
+        What the transport asked the runtime to run or send for the training
+        (:meth:`Transport.start_training`); None when nothing.
+    aggregation : dict
+        The keywords of :func:`conclude_round` (``rule``, ``n_samples``, ``partial_weights``,
+        ``accumulate``, ``apply``).
+    contain : callable, optional
+        As :func:`open_round`'s.
+    """
+
+    transport: Transport
+    selector: BaseSelector
+    selection: Selection
+    theta: Any
+    round: int
+    request: Any = None
+    aggregation: dict[str, Any] = field(default_factory=dict)
+    contain: Contain | None = None
+
+    def conclude(self, reply: Any = None) -> Aggregate:
+        """Phase 2: :func:`conclude_round` with ``reply``, the answer to :attr:`request` (None when it is None)."""
+        return conclude_round(self.transport, self.selection, self.theta, reply, round=self.round,
+                              needs=self.selector.needs, **self.aggregation)
+
+    def learn(self, aggregate: Aggregate) -> None:
+        """Phase 3: the selector learns from the round's feedback (after the runtime's checks and evaluation).
+
+        An exception of the selector's ``update`` propagates unless ``contain("update", exc,
+        aggregate)`` contains it (the selector then stays untaught by this round).
+        """
+        try:
+            self.selector.update(aggregate.feedback)
+        except Exception as exc:
+            if self.contain is None or not self.contain("update", exc, aggregate):
+                raise
+
+
+def open_round(
     transport: Transport, oracle: ClientOracle, selector: BaseSelector, n: int, theta: Any, *, round: int,
-    n_clients: int, after_aggregate: Callable[[Aggregate], Any] | None = None,
-    contain: Callable[[str, Exception, Aggregate | None], bool] | None = None, **aggregation: Any,
-) -> Generator[Any, Any, Aggregate | None]:
-    """Play round ``round``: select, validate, :func:`conclude_round`, then let the selector learn.
+    n_clients: int, contain: Contain | None = None, **aggregation: Any,
+) -> OpenRound | None:
+    """Phase 1 of round ``round``: select, validate, and start the chosen clients' training.
 
     Parameters
     ----------
@@ -192,10 +273,6 @@ def play_round(
     round : int
     n_clients : int
         N.
-    after_aggregate : callable, optional
-        ``after_aggregate(aggregate)``, run after aggregation and before the selector's update
-        (the runtime's checks and evaluation): a generator, whose yields pass through, or a
-        plain function. Returning False skips the selector's update (a round the runtime drops).
     contain : callable, optional
         ``contain(step, exc, aggregate)``, called when the selector raises in ``step``
         (``"select"``, with ``aggregate`` None, or ``"update"``): True contains the exception
@@ -207,26 +284,57 @@ def play_round(
 
     Returns
     -------
-    Aggregate or None
-        None only when ``contain`` contained a failed ``select``.
+    OpenRound or None
+        The round's state until :meth:`OpenRound.conclude`, its ``request`` what the runtime must
+        answer; None only when ``contain`` contained a failed ``select``.
     """
-    name = type(selector).__name__
     try:
         raw = selector.select(n, round=round, oracle=oracle)
     except Exception as exc:
         if contain is None or not contain("select", exc, None):
             raise
         return None
-    selection = raw.validated(n_clients, n, variable_size=bool(selector.variable_size), source=name)
-    agg = yield from conclude_round(transport, selection, theta, round=round, needs=selector.needs, **aggregation)
-    learn: Any = None
-    if after_aggregate is not None:
-        step = after_aggregate(agg)
-        learn = (yield from step) if isinstance(step, Generator) else step
-    if learn is not False:
-        try:
-            selector.update(agg.feedback)
-        except Exception as exc:
-            if contain is None or not contain("update", exc, agg):
-                raise
+    selection = raw.validated(n_clients, n, variable_size=bool(selector.variable_size), source=type(selector).__name__)
+    request = transport.start_training(selection.clients)
+    return OpenRound(transport, selector, selection, theta, round, request, aggregation, contain)
+
+
+def play_round(
+    transport: Transport, oracle: ClientOracle, selector: BaseSelector, n: int, theta: Any, *, round: int,
+    n_clients: int, answer: Callable[[Any], Any] | None = None,
+    after_aggregate: Callable[[Aggregate], Any] | None = None, contain: Contain | None = None, **aggregation: Any,
+) -> Aggregate | None:
+    """Play round ``round`` in one call: :func:`open_round`, ``answer``, :meth:`~OpenRound.conclude`, then
+    :meth:`~OpenRound.learn`.
+
+    Parameters
+    ----------
+    transport, oracle, selector, n, theta, round, n_clients, contain, **aggregation
+        As :func:`open_round`.
+    answer : callable, optional
+        ``answer(request)``: the answer to the transport's training request; required when the
+        transport returns one (a transport that trains at once needs none).
+    after_aggregate : callable, optional
+        ``after_aggregate(aggregate)``, run after aggregation and before the selector's update
+        (the runtime's checks and evaluation). Returning False skips the selector's update (a
+        round the runtime drops).
+
+    Returns
+    -------
+    Aggregate or None
+        None only when ``contain`` contained a failed ``select``.
+    """
+    opened = open_round(transport, oracle, selector, n, theta, round=round, n_clients=n_clients, contain=contain,
+                        **aggregation)
+    if opened is None:
+        return None
+    reply = None
+    if opened.request is not None:
+        if answer is None:
+            raise TypeError(f"play_round: the transport asked for {type(opened.request).__name__}; pass answer= "
+                            "to answer it")
+        reply = answer(opened.request)
+    agg = opened.conclude(reply)
+    if after_aggregate is None or after_aggregate(agg) is not False:
+        opened.learn(agg)
     return agg

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -176,6 +176,7 @@ class SyntheticOracle(ClientOracle):
         self.costs: Costs = Costs()
         self.calls: list[tuple[str, tuple[int, ...]]] = []
         self._n_trials = 0
+        self._reports: Reports | None = None  # start_training's, until finish_training
         self._new_round_state()
 
     # -- bookkeeping ----------------------------------------------------------------
@@ -346,23 +347,16 @@ class SyntheticOracle(ClientOracle):
             Only the clients that reported.
         """
         self._ids(selection.clients, "run_round")
-        steps = conclude_round(
-            self, selection, self.w, round=self.round, needs=needs, rule="mean", accumulate="float64"
-        )
-        try:
-            next(steps)
-        except StopIteration as stop:
-            agg = stop.value
-        else:  # pragma: no cover - this transport answers at once
-            raise RuntimeError("SyntheticOracle.run_round: the round asked for work it cannot do")
+        self.start_training(selection.clients)  # trains at once: nothing for the caller to answer
+        agg = conclude_round(self, selection, self.w, round=self.round, needs=needs, rule="mean", accumulate="float64")
         self.w = agg.theta
         self.round += 1
         self._new_round_state()
         return agg.feedback
 
     # -- the round's transport (fedselect.round.Transport) ------------------------------
-    def train_chosen(self, ids: np.ndarray) -> Generator[Any, Any, Reports]:
-        """Train the chosen ``ids``; the reports of those that did not fail (no request is yielded)."""
+    def start_training(self, ids: np.ndarray) -> None:
+        """Train the chosen ``ids`` at once, and keep the reports of those that did not fail; no request."""
         led = self.ledger
         before_costs = self._snapshot()
         self._train(ids)
@@ -371,8 +365,14 @@ class SyntheticOracle(ClientOracle):
         led.upload(reporters)
         self._charge(before_costs)
         losses = self._loss_at(self.w, self._eval_noise(0))[reporters]
-        return Reports(reporters, self._deltas(reporters), losses, self.n_samples[reporters])
-        yield  # a generator, as the round expects
+        self._reports = Reports(reporters, self._deltas(reporters), losses, self.n_samples[reporters])
+
+    def finish_training(self, reply: None = None) -> Reports:
+        """The reports of :meth:`start_training`'s training."""
+        reports, self._reports = self._reports, None
+        if reports is None:
+            raise RuntimeError("SyntheticOracle.finish_training: call start_training first")
+        return reports
 
     def aggregate_buffers(self, reporters: np.ndarray, weights: np.ndarray) -> None:
         """The quadratic clients have no buffers."""

@@ -60,13 +60,14 @@ def fed():
 
 
 def _counting(monkeypatch, module=round_module):
-    """Count the rounds concluded by ``module``'s ``conclude_round`` (fedselect.round's, which play_round calls)."""
+    """Count the rounds concluded by ``module``'s ``conclude_round`` (fedselect.round's, which every round's
+    second phase, ``OpenRound.conclude``, calls)."""
     calls = []
     real = round_module.conclude_round
 
     def counted(*args, **kwargs):
         calls.append(kwargs.get("round"))
-        return (yield from real(*args, **kwargs))
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(module, "conclude_round", counted)
     return calls
@@ -116,11 +117,9 @@ def _play(selector, **hooks):
     """One round of ``selector`` on a SyntheticOracle through play_round; (its result, the oracle)."""
     oracle = SyntheticOracle(n_clients=6, random_state=0)
     selector.fit(fedselect.ClientPool(oracle.n_samples))
-    steps = round_module.play_round(oracle, oracle, selector, 2, oracle.w, round=0, n_clients=6, rule="mean",
-                                    accumulate="float64", **hooks)
-    with pytest.raises(StopIteration) as stop:
-        next(steps)  # this transport trains at once: the round ends without yielding
-    return stop.value.value, oracle
+    agg = round_module.play_round(oracle, oracle, selector, 2, oracle.w, round=0, n_clients=6, rule="mean",
+                                  accumulate="float64", **hooks)  # this transport trains at once: no answer=
+    return agg, oracle
 
 
 def test_contain_decides_whether_a_selectors_exception_stops_the_round():
@@ -137,6 +136,36 @@ def test_contain_decides_whether_a_selectors_exception_stops_the_round():
     seen.clear()
     agg, _ = _play(_Raising(fail_in="update"), contain=lambda step, exc, agg: seen.append((step, agg)) or True)
     assert agg is not None and [s for s, _ in seen] == ["update"] and seen[0][1] is agg  # the round stands
+
+
+class _Asking(SyntheticOracle):
+    """A transport that asks its runtime to run the training: a request out, its answer back in."""
+
+    def start_training(self, ids):
+        super().start_training(ids)
+        return ("train", tuple(ids.tolist()))
+
+    def finish_training(self, reply):
+        assert reply == ("trained", (0, 1)), reply
+        return super().finish_training(None)
+
+
+def test_a_round_is_three_phases_with_the_runtime_answering_in_between():
+    oracle, sel = _Asking(n_clients=6, random_state=0), _Raising()
+    sel.fit(fedselect.ClientPool(oracle.n_samples))
+    opened = round_module.open_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, rule="mean")
+    assert opened.request == ("train", (0, 1)) and opened.selection.clients.tolist() == [0, 1]
+    agg = opened.conclude(("trained", (0, 1)))
+    assert agg.feedback.clients.tolist() == [0, 1] and sel.updates_ == 0  # not taught before phase 3
+    opened.learn(agg)
+    assert sel.updates_ == 1
+    with pytest.raises(TypeError, match="answer="):  # play_round cannot answer a request by itself
+        round_module.play_round(oracle, oracle, _Raising().fit(fedselect.ClientPool(oracle.n_samples)), 2,
+                                oracle.w, round=0, n_clients=6, rule="mean")
+    sel = _Raising().fit(fedselect.ClientPool(oracle.n_samples))
+    agg = round_module.play_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, rule="mean",
+                                  answer=lambda request: ("trained", request[1]))
+    assert agg.feedback.clients.tolist() == [0, 1] and sel.updates_ == 1
 
 
 def test_after_aggregate_returning_false_keeps_the_round_from_the_selector():

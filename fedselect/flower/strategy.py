@@ -8,7 +8,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING
 from numbers import Integral, Real
@@ -24,7 +24,7 @@ from sklearn.base import clone
 from .._validation import InstanceOf, Interval, Predicate, StrOptions, validate_parameters
 from ..aggregation import aggregation_weights, apply_deltas, average_buffer_arrays
 from ..ledger import PARTIAL_WEIGHTS, RoundLedger
-from ..round import Aggregate, Reports, play_round
+from ..round import Aggregate, Reports, open_round
 from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 from ..simulation.history import History, RoundRecord, Traffic
 from . import _protocol as P
@@ -121,20 +121,32 @@ class FlowerRound(RoundRecord):
 
 @dataclass
 class TrainMessages:
-    """What :meth:`FlowerOracle.train_chosen` yields: the round's train messages.
+    """What :meth:`FlowerOracle.start_training` returns: the round's train messages.
 
     ``SelectorStrategy.configure_train`` returns them to Flower, which sends them;
-    ``aggregate_train`` sends the replies back into the round.
+    ``aggregate_train`` hands the replies to the round (:meth:`fedselect.round.OpenRound.conclude`).
     """
 
     messages: list[Message]
 
 
+@dataclass
+class _Training:
+    """:meth:`FlowerOracle.start_training`'s training until :meth:`~FlowerOracle.finish_training`: the chosen
+    clients, those sent a train message, the messages, whose loss they ask, and when they left."""
+
+    ids: np.ndarray
+    todo: np.ndarray
+    messages: list[Message]
+    need_loss: set[int]
+    sent: float
+
+
 class FlowerOracle(ClientOracle):
     """A selector's paid questions, asked of the live clients through the Flower Grid, and the round's transport.
 
-    One per round, built by :class:`SelectorStrategy`, which plays the round with
-    :func:`fedselect.round.play_round` against it (:meth:`train_chosen`,
+    One per round, built by :class:`SelectorStrategy`, which plays the round's phases
+    (:mod:`fedselect.round`) against it (:meth:`start_training`, :meth:`finish_training`,
     :meth:`aggregate_buffers`: a :class:`fedselect.round.Transport`). Every question is a message to
     exactly the nodes whose answer is not known yet this round; what it costs is charged
     on the round's :class:`~fedselect.ledger.RoundLedger`, exactly as in the simulator.
@@ -181,6 +193,7 @@ class FlowerOracle(ClientOracle):
         self._config = config
         self.n_clients = ledger.n_clients
         self.round = ledger.round
+        self._training: _Training | None = None  # start_training's, until finish_training
 
     # -- plumbing -------------------------------------------------------------------
     def _content(
@@ -396,13 +409,15 @@ class FlowerOracle(ClientOracle):
         return self._theta.copy()
 
     # -- the round's transport (fedselect.round.Transport) ----------------------------
-    def train_chosen(self, ids: np.ndarray) -> Generator[TrainMessages, Any, Reports]:
-        """Train the chosen (distinct) ``ids``: yield their train messages, take the replies, return the reports.
+    def start_training(self, ids: np.ndarray) -> TrainMessages:
+        """Start training the chosen (distinct) ``ids``: their train messages, for Flower to send.
+
+        The round's transport (:class:`fedselect.round.Transport`) with :meth:`finish_training`, which
+        takes the replies (``aggregate_train``'s) and returns the reports.
 
         The chosen clients whose update the server does not already hold get a ``train``
         message (with ``w^t`` unless they received it earlier this round, asking their loss on
-        ``w^t`` too when not yet known); clients without a live node fail. What is sent back
-        in is the replies (``aggregate_train``'s). Each reply is checked as the oracle's are
+        ``w^t`` too when not yet known); clients without a live node fail. Each reply is checked as the oracle's are
         (layout, counts, finite and bounded loss, size, and the sample loss when the selector
         needs it: :func:`fedselect.flower._protocol.sample_loss_sq`); a chosen client already trained for an
         oracle question is asked only its loss, when unknown (the cached model: no model down,
@@ -446,10 +461,19 @@ class FlowerOracle(ClientOracle):
         if gone:
             led.mark_failed(np.asarray(gone, dtype=np.int64))
         st._count("train", messages, down=True)
-        sent = time.monotonic()
         st._train_arrivals = {}
-        replies = list((yield TrainMessages(messages)) or [])
-        waited = time.monotonic() - sent
+        self._training = _Training(ids, todo, messages, need_loss, time.monotonic())
+        return TrainMessages(messages)
+
+    def finish_training(self, reply: Iterable[Message] | None) -> Reports:
+        """The reports of :meth:`start_training`'s clients, given ``reply``, the train replies (see there)."""
+        st, led, tr = self._st, self._led, self._training
+        if tr is None:
+            raise RuntimeError("FlowerOracle.finish_training: call start_training first")
+        self._training = None
+        ids, todo, messages, need_loss = tr.ids, tr.todo, tr.messages, tr.need_loss
+        replies = list(reply or [])
+        waited = time.monotonic() - tr.sent
         if messages:
             st._wall += waited
         st._count("train", replies, down=False)
@@ -702,9 +726,9 @@ class SelectorStrategy(Strategy):
        only then, one scalar up per reporter) when it needs ``"sample_losses"``, as Oort does;
        evaluation is ``inner``'s.
 
-    Steps 2-5 are :func:`fedselect.round.play_round`, the simulator's round, played against a
-    :class:`FlowerOracle`: ``configure_train`` runs it until it asks to train the chosen
-    clients and returns those messages, ``aggregate_train`` resumes it with the replies. The
+    Steps 2-5 are the simulator's round (:mod:`fedselect.round`), played against a
+    :class:`FlowerOracle`: ``configure_train`` runs its first phase (:func:`fedselect.round.open_round`)
+    and returns the chosen clients' train messages, ``aggregate_train`` the rest with the replies. The
     weights are :func:`fedselect.aggregation.aggregation_weights`', the buffers'
     average :func:`fedselect.aggregation.average_buffer_arrays`'. Each round's record has the
     measured ``wall_seconds`` and ``reply_seconds`` (:class:`FlowerRound`).
@@ -935,8 +959,9 @@ class SelectorStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Start round ``server_round - 1``: :func:`fedselect.round.play_round` against a :class:`FlowerOracle`,
-        run until it asks to train the chosen clients; return those train messages."""
+        """Start round ``server_round - 1``: its first phase, :func:`fedselect.round.open_round` against a
+        :class:`FlowerOracle` (the selection, its questions answered by the clients); return the train messages
+        of the chosen clients. The round waits in ``_pending`` for :meth:`aggregate_train`."""
         start = time.perf_counter()
         t = int(server_round) - 1
         self._traffic = {}
@@ -969,8 +994,8 @@ class SelectorStrategy(Strategy):
             n = len(live)
         n = min(n, N)
         oracle = FlowerOracle(self, grid, led, theta, config, buffers)
-        state: dict[str, Any] = {"t": t, "ledger": led, "start": start, "dropped": False}
-        steps = play_round(
+        state: dict[str, Any] = {"t": t, "ledger": led, "start": start}
+        opened = open_round(
             oracle,
             oracle,
             self.selector_,
@@ -978,44 +1003,37 @@ class SelectorStrategy(Strategy):
             theta,
             round=t,
             n_clients=N,
-            after_aggregate=functools.partial(self._after_aggregate, state),
             contain=functools.partial(self._contain, state),
             apply=functools.partial(self._apply, int(server_round)),
             **self._weight_rule(),
         )
-        try:
-            request = next(steps)
-        except StopIteration:  # the selector raised after clients answered (contained): nobody trains
-            state["skipped"] = True
-            self._pending = state
-            return []
-        if not isinstance(request, TrainMessages):  # pragma: no cover - the transport yields nothing else
-            raise RuntimeError(f"SelectorStrategy: the round yielded {type(request).__name__}, not train messages")
-        state["steps"] = steps
+        state["round"] = opened  # None: the selector raised after clients answered (contained): nobody trains
         self._pending = state
-        return request.messages
+        if opened is None:
+            return []
+        return opened.request.messages
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Finish the round with the train replies: the rest of :func:`fedselect.round.play_round` (checks,
-        weights, aggregation, the selector's update); the new model and the round's metrics."""
+        """Finish the round with the train replies: its other phases (:meth:`fedselect.round.OpenRound.conclude`:
+        the replies' checks, weights, aggregation; then this strategy's checks of the aggregate and
+        :meth:`~fedselect.round.OpenRound.learn`, the selector's update); the new model and the round's metrics."""
         st = self._pending
         if st is None or st["t"] != int(server_round) - 1:
             raise RuntimeError("SelectorStrategy.aggregate_train: call configure_train for this round first")
         self._pending = None
         replies = list(replies)
         t, led = st["t"], st["ledger"]
-        if st.get("skipped"):
+        opened = st["round"]
+        if opened is None:
             self._count("train", replies, down=False)
             self._finish(FlowerRound(round=t, clients=[], failed=sorted(int(k) for k in led.failed)), led, st["start"])
             return None, None
-        try:
-            st["steps"].send(replies)
-        except StopIteration as stop:
-            agg: Aggregate = stop.value
-        else:  # pragma: no cover - the transport yields once
-            raise RuntimeError("SelectorStrategy: the round asked for a second exchange after training")
+        agg = opened.conclude(replies)
+        stands = self._after_aggregate(t, agg)
+        if stands:
+            opened.learn(agg)
         fb = agg.feedback
         record = FlowerRound(
             round=t,
@@ -1023,7 +1041,7 @@ class SelectorStrategy(Strategy):
             reported=fb.clients.tolist(),
             failed=sorted(int(k) for k in led.failed),
         )
-        if st["dropped"]:
+        if not stands:
             self._finish(record, led, st["start"])
             return None, None
         record.weights = [float(w) for w in fb.weights]
@@ -1037,7 +1055,7 @@ class SelectorStrategy(Strategy):
         )
         return self._layout.record(agg.theta, agg.buffers), metrics
 
-    # -- the round's hooks (fedselect.round.play_round) ------------------------------------
+    # -- the round's hooks (fedselect.round) ----------------------------------------------
     def _weight_rule(self) -> dict[str, Any]:
         """The keywords of :func:`fedselect.aggregation.aggregation_weights` for this server: its rule
         (FedAvg's, ``"data-size"``, when ``aggregation`` is None: the buffers and the record use it while
@@ -1070,10 +1088,10 @@ class SelectorStrategy(Strategy):
         agg, _ = self._inner.aggregate_train(server_round, fake)
         return None if agg is None else self._layout.flatten(agg, "aggregated model")
 
-    def _after_aggregate(self, state: dict[str, Any], agg: Aggregate) -> bool:
-        """Whether the round stands (else it is dropped: model unchanged, the selector not taught): someone
+    def _after_aggregate(self, t: int, agg: Aggregate) -> bool:
+        """Whether round ``t`` stands (else it is dropped: model unchanged, the selector not taught): someone
         reported, ``inner`` produced a model, and the aggregate is finite."""
-        t, reported = state["t"], agg.feedback.clients
+        reported = agg.feedback.clients
         if not reported.size:
             warnings.warn(
                 f"SelectorStrategy: no chosen client reported in round {t}; the model is unchanged",
@@ -1094,7 +1112,6 @@ class SelectorStrategy(Strategy):
             self._errors.append(note)
         elif agg.theta is not None:
             return True
-        state["dropped"] = True
         return False
 
     def _contain(self, state: dict[str, Any], step: str, exc: Exception, agg: Aggregate | None) -> bool:
@@ -1167,7 +1184,7 @@ class SelectorStrategy(Strategy):
             log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
             messages = list(self.configure_train(server_round, arrays, train_config, grid))
             timed = self._send_and_receive(grid, messages, float(self.train_timeout)) if messages else []
-            self._train_arrivals = {id(m): s for m, s in timed}  # read by the round's transport (train_chosen)
+            self._train_arrivals = {id(m): s for m, s in timed}  # read by the round's transport (finish_training)
             self._train_wait = float(self.train_timeout)  # what a client that sent nothing back was waited for
             try:
                 new_arrays, metrics = self.aggregate_train(server_round, [m for m, _ in timed])

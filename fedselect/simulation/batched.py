@@ -9,6 +9,15 @@ S x C chosen clients each round, S passes over the test set. :func:`fit_runs` ad
 :meth:`Engine.train_runs <fedselect.simulation.engine.Engine.train_runs>` and
 :meth:`Engine.test_runs <fedselect.simulation.engine.Engine.test_runs>`.
 
+It runs ``fit``'s phases for S runs. A fit is a sequence of plain phases (the round's phases
+of :mod:`fedselect.round`), its state kept between them on one object; a phase ends with
+what the run needs computed next, its round's main training (a
+:class:`~fedselect.simulation.trainer.TrainingRequest`) or its test evaluation (a
+:class:`~fedselect.simulation.trainer.TestRequest`). ``fit`` computes each request by itself;
+:func:`fit_runs` runs every run up to its next request, answers the runs waiting on a training
+together (then, when none is, those waiting on a test), hands each run its result and goes on.
+A run whose round needs no training or no test goes on without waiting.
+
 Everything else stays per run, as in ``trainer.fit(federation)``: each run has its own
 selector object, selection and asks its oracle its own questions (losses, trials, local
 updates are computed for that run alone, inside ``select``), keeps its own random streams
@@ -47,7 +56,7 @@ import numpy as np
 import torch
 
 from .engine import Engine
-from .trainer import FederatedTrainer, TestRequest, TrainingRequest
+from .trainer import FederatedTrainer, TestRequest, TrainingRequest, _Fit
 
 __all__ = ["fit_runs"]
 
@@ -56,11 +65,11 @@ __all__ = ["fit_runs"]
 class _Run:
     index: int
     trainer: FederatedTrainer
-    steps: Any  # the trainer's fit generator
+    fit: _Fit  # the trainer's fit in progress, between its phases
     rng: tuple[Any, Any, Any]  # torch, numpy, python global generator states of this run
     request: TrainingRequest | TestRequest | None = None
     reply: Any = None
-    error: BaseException | None = None  # to raise inside the run at its next step
+    error: Exception | None = None  # what computing its request raised, to raise in the run at its next step
     done: bool = False
     failure: BaseException | None = None  # what the run raised
     noted: set[str] = field(default_factory=set)
@@ -130,7 +139,7 @@ def fit_runs(
     on_finish : callable, optional
         Called as ``on_finish(i, error)`` the moment run i ends, ``error`` being None or the
         exception its ``fit`` raised. An exception raised by ``on_finish`` stops every run
-        (their ``fit`` generators are closed, which runs their cleanup) and propagates.
+        (each unfinished fit is closed: its cleanup runs) and propagates.
     log : callable, optional
         Receives one line per run that cannot be batched, saying why (default: no messages).
 
@@ -156,7 +165,7 @@ def fit_runs(
     outer = _global_rng()
     old_threads = torch.get_num_threads()
     threads = {int(t.n_threads) for t in trainers if t.n_threads}
-    runs = [_Run(i, t, t._fit_steps(f), outer) for i, (t, f) in enumerate(zip(trainers, federations))]
+    runs = [_Run(i, t, _Fit(t, f), outer) for i, (t, f) in enumerate(zip(trainers, federations))]
     data = _Data()
     try:
         if len(threads) == 1:
@@ -176,7 +185,7 @@ def fit_runs(
     finally:
         for run in runs:
             if not run.done:
-                run.steps.close()  # runs the trainer's cleanup (threads, engine) of an interrupted batch
+                run.fit.close()  # the trainer's cleanup (threads, engine) of an interrupted batch
         torch.set_num_threads(old_threads)
         _set_global_rng(outer)
     return [run.failure for run in runs]
@@ -186,14 +195,9 @@ def _advance(run: _Run, on_finish: Callable[[int, BaseException | None], None] |
     """Run ``run``'s own code up to its next request (or its end), with its own global generators."""
     _set_global_rng(run.rng)
     try:
-        if run.error is not None:
-            error, run.error = run.error, None
-            run.request = run.steps.throw(error)
-        else:
-            reply, run.reply = run.reply, None
-            run.request = run.steps.send(reply)
-    except StopIteration:
-        run.done, run.request = True, None
+        reply, error, run.reply, run.error = run.reply, run.error, None, None
+        run.request = run.fit.step(reply, error)
+        run.done = run.request is None
     except Exception as exc:  # the run's failure, as fit would have raised it; the other runs go on
         run.done, run.request, run.failure = True, None, exc
     finally:

@@ -6,7 +6,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
@@ -22,7 +22,7 @@ from .._validation import Constraint, InstanceOf, Interval, StrOptions, validate
 from ..aggregation import aggregation_weights, apply_deltas
 from ..clock import RoundClock, SimulatedClock
 from ..ledger import PARTIAL_WEIGHTS, Costs, RoundLedger
-from ..round import Aggregate, Reports, play_round
+from ..round import Aggregate, OpenRound, Reports, open_round
 from ..selection import (
     BaseSelector,
     ClientOracle,
@@ -121,12 +121,13 @@ def lr_at(lr: float, schedule: Any, t: int) -> float:
 class TrainingRequest:
     """One batched local training a run asks for: :meth:`Engine.train` of its chosen clients from w^t.
 
-    The trainer's rounds are generators that yield their main training and their test
-    evaluation as requests; :meth:`FederatedTrainer.fit` runs each at once (:meth:`run`),
-    while :func:`fedselect.simulation.batched.fit_runs` gathers the requests of several
-    runs and answers them in one computation. A request with ``sample_losses`` (a selector
-    that needs ``"sample_losses"``) is run where it is made, never yielded, so the batched
-    driver never sees it.
+    A round's first phase ends with its main training as a request (what
+    :meth:`SimulationOracle.start_training` returns), its second with its test evaluation
+    (a :class:`TestRequest`); :meth:`FederatedTrainer.fit` runs each at once (:meth:`run`)
+    and hands the result to the next phase, while :func:`fedselect.simulation.batched.fit_runs`
+    gathers the requests of several runs and answers them in one computation. A request with
+    ``sample_losses`` (a selector that needs ``"sample_losses"``) is run where it is made,
+    never returned, so the batched driver never sees it.
     """
 
     engine: Engine
@@ -153,7 +154,8 @@ class TrainingRequest:
 
 @dataclass
 class TestRequest:
-    """One test evaluation a run asks for: :meth:`Engine.test` of its new global model."""
+    """One test evaluation a run asks for after a round's aggregation: :meth:`Engine.test` of its new global
+    model (answered as a :class:`TrainingRequest` is)."""
 
     __test__ = False  # not a pytest test class
 
@@ -181,24 +183,15 @@ def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarr
     return out
 
 
-def _drive(steps: Generator[Any, Any, Any]) -> Any:
-    """Run a generator of requests to its end, answering each request by itself; its return value.
+@dataclass
+class _Started:
+    """:meth:`SimulationOracle.run_selection` between its halves: the chosen clients, those it trains, the
+    request training them (None: none to run) and the over-selected clients to cut after training."""
 
-    An exception of a request is raised inside the generator at the point that asked, exactly
-    where the direct call would have raised it.
-    """
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            request = steps.throw(error) if error is not None else steps.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        error = None
-        try:
-            reply = request.run()
-        except BaseException as exc:  # re-raised inside the generator, where the direct call raises
-            error = exc
+    ids: np.ndarray
+    todo: np.ndarray
+    request: TrainingRequest | None
+    cut: np.ndarray | None
 
 
 class SimulationOracle(ClientOracle):
@@ -207,9 +200,10 @@ class SimulationOracle(ClientOracle):
     Created by :class:`FederatedTrainer` for every round; see :class:`fedselect.ClientOracle`
     for what each question costs and :class:`fedselect.ledger.RoundLedger` for the
     bookkeeping (who holds w^t, which losses and updates the server already has, who
-    failed). The trainer then runs the round itself through :meth:`run_selection`, on
-    the same ledger, so a client whose update an oracle question already computed is
-    neither trained nor charged again.
+    failed). The trainer then runs the round itself through :meth:`start_training` and
+    :meth:`finish_training` (:meth:`run_selection` in two halves), on the same ledger, so a
+    client whose update an oracle question already computed is neither trained nor charged
+    again.
 
     Parameters
     ----------
@@ -239,7 +233,7 @@ class SimulationOracle(ClientOracle):
     dropout_seed : callable
         Maps a purpose (``"main"``, ``"trial"``) to the seed of the model's dropout masks.
     n_samples : ndarray of int, optional
-        Every client's n_k (reported with each update to the round, :meth:`train_chosen`).
+        Every client's n_k (reported with each update to the round, :meth:`finish_training`).
     clock : RoundClock, optional
         The round's simulated clock (:mod:`fedselect.clock`): every question and the training
         are timed on it, late answers fail, stragglers fail, reporters' durations are observed.
@@ -296,6 +290,7 @@ class SimulationOracle(ClientOracle):
         self._sample_losses = bool(sample_losses)
         self._sample_sq: dict[int, float] = {}  # each trained client's mean squared per-sample loss
         self._timed_out: tuple[np.ndarray, np.ndarray] | None = None  # the clock's censored clients this round
+        self._started: _Started | None = None  # run_selection between its halves
 
     @property
     def costs(self) -> Costs:
@@ -527,13 +522,22 @@ class SimulationOracle(ClientOracle):
         losses : ndarray of float
             Their losses l_k(w^t) before local training.
         """
-        return _drive(self._run_selection_steps(ids))
+        request = self._start_selection(ids)
+        return self._finish_selection(None if request is None else request.run())
 
-    def train_chosen(self, ids: np.ndarray) -> Generator[TrainingRequest, Any, Reports]:
-        """The round's transport (:class:`fedselect.round.Transport`): :meth:`run_selection` as reports,
-        with each reporter's observed seconds (with a clock) and mean squared per-sample loss (when asked)."""
+    def start_training(self, ids: np.ndarray) -> TrainingRequest | None:
+        """The round's transport (:class:`fedselect.round.Transport`): start :meth:`run_selection` of the chosen
+        ``ids``; the main training for the caller to run (:meth:`TrainingRequest.run`, or batched with other
+        runs'), None when there is none to run (every chosen client trained by an oracle question, failed, or
+        trained here because the selector needs ``"sample_losses"``)."""
         self._timed_out = None
-        reporters, updates, losses = yield from self._run_selection_steps(ids)
+        return self._start_selection(ids)
+
+    def finish_training(self, reply: tuple[Any, ...] | None) -> Reports:
+        """Finish :meth:`start_training` with ``reply``, the result of its request (None when it made none):
+        :meth:`run_selection` as reports, with each reporter's observed seconds (with a clock) and mean squared
+        per-sample loss (when asked)."""
+        reporters, updates, losses = self._finish_selection(reply)
         durations = timed_out = after = None
         if self.clock is not None:
             durations = self.clock.spent[reporters].copy()
@@ -549,10 +553,8 @@ class SimulationOracle(ClientOracle):
             return None
         return aggregate_buffers(self._buffers, self.buffers_of(reporters), weights)
 
-    def _run_selection_steps(
-        self, ids: np.ndarray
-    ) -> Generator[TrainingRequest, Any, tuple[np.ndarray, torch.Tensor, np.ndarray]]:
-        """:meth:`run_selection` as a generator that yields its one training for a driver to run."""
+    def _start_selection(self, ids: np.ndarray) -> TrainingRequest | None:
+        """The first half of :meth:`run_selection`, up to its one training: the request to run, or None."""
         led = self.ledger
         new = led.send_model(ids)
         todo = led.to_train(ids)
@@ -560,12 +562,26 @@ class SimulationOracle(ClientOracle):
         cut = None
         if self.clock is not None:
             todo, batches, cut = self._settle(ids, new, todo)
+        request = None
         if todo.size:
             request = self._training_request(todo, "main", batches)
-            # a request for sample losses runs here: the batched driver of several runs does not compute them
-            self._record_training(todo, request, request.run() if request.sample_losses else (yield request))
-        if cut is not None and cut.size:  # over-selected clients that finished after the first `keep`
-            led.mark_failed(cut)
+            if request.sample_losses:  # run here: the batched driver of several runs does not compute them
+                self._record_training(todo, request, request.run())
+                request = None
+        self._started = _Started(ids, todo, request, cut)
+        return request
+
+    def _finish_selection(self, reply: tuple[Any, ...] | None) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+        """The second half of :meth:`run_selection`, given the result of the request of the first."""
+        led = self.ledger
+        sel, self._started = self._started, None
+        if sel is None:
+            raise RuntimeError("SimulationOracle: finish_training without start_training")
+        if sel.request is not None:
+            self._record_training(sel.todo, sel.request, reply)
+        if sel.cut is not None and sel.cut.size:  # over-selected clients that finished after the first `keep`
+            led.mark_failed(sel.cut)
+        ids = sel.ids
         self._ask_losses(led.losses_to_ask(ids))
         reporters = led.alive(ids)  # after the losses: a client whose loss is not finite did not report
         led.upload(reporters)
@@ -1098,109 +1114,19 @@ class FederatedTrainer(BaseEstimator):
         CheckpointMismatchError
             When ``checkpoint_dir`` holds a checkpoint of another configuration.
         """
-        _drive(self._fit_steps(federation))
-        return self
-
-    def _fit_steps(self, federation: Any) -> Generator[TrainingRequest | TestRequest, Any, None]:
-        """:meth:`fit` as a generator yielding each round's main training and test evaluation as requests."""
-        fed = federation
-        self._validate(fed)
-        seed = self.random_state
-        if seed is None:
-            seed = int(np.random.SeedSequence().generate_state(1)[0])
-        check_param(self, "random_state", self.random_state, seed is not None and is_int(seed), "None or an int")
-        # [training streams, selector, model init, client failures]; adding a word keeps the first three.
-        self._seeds = np.random.SeedSequence(int(seed)).generate_state(4)
-        self._fed = fed
-        self._train_seed = int(self._seeds[0])
-        if self.local_steps is not None:
-            self._schedule = LocalSchedule(self.batch_size, steps=self.local_steps)
-        else:
-            self._schedule = LocalSchedule(self.batch_size, epochs=self.local_epochs or 1)
-
-        old_threads = torch.get_num_threads()
-        if self.n_threads:
-            torch.set_num_threads(int(self.n_threads))
+        run = _Fit(self, federation)
         try:
-            torch.manual_seed(int(self._seeds[2]))
-            self._engine = build_engine(self.model, self.model_params, fed, batch_size=self.batch_size,
-                                        local_steps=self.local_steps, loss=self.loss, owner="FederatedTrainer",
-                                        device=self.device, path=self.engine)
-            self._buffers = dict(self._engine.buffers) or None
-            selector = self._make_selector()
-            selector.fit(fed.client_pool())
-            history = History(model_size=self._engine.n_params, config=self._config(fed, selector))
-            theta = self._engine.initial_parameters()
-            threshold = None
-            if self.divergence is not None:
-                threshold = float(self.divergence) * self._engine.test(theta, self._buffers)[0]
-            start, finished = 0, False
-            ckpt_path = fingerprint = None
-            if self.checkpoint_dir is not None:
-                ckpt_path = Path(self.checkpoint_dir) / CHECKPOINT_FILE
-                fingerprint = self._fingerprint(fed, selector, theta)
-                self._ckpt_rounds: list[dict[str, Any]] = []  # the rounds as JSON, kept between writes
-                if not self.checkpoint_trusted:
-                    self._check_checkpointable(selector)
-                state = self._read_checkpoint(ckpt_path, fingerprint, selector, theta)
-                if state is not None:
-                    selector = state["selector"]
-                    theta = state["theta"]
-                    if state["buffers"] is not None:
-                        self._buffers = state["buffers"]
-                    history.rounds = state["rounds"]
-                    start, finished = state["next_round"], state["finished"]
-                    _set_rng_state(state["rng"])
-            self._clock = None
-            if self._profiles is not None:
-                resumed_at = next((r.sim_time for r in reversed(history.rounds) if r.sim_time is not None), 0.0)
-                self._clock = SimulatedClock(self._profiles, model_size=self._engine.n_params, deadline=self.deadline,
-                                             query_timeout=self.query_timeout, start=resumed_at)
-            self.selector_ = selector
-            self.history_ = history
-            self.resumed_from_ = start
-            bar = None
-            if self.progress and not finished and bars_wanted():
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=self.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False)
-            try:
-                for t in range(start, self.rounds if not finished else start):
-                    try:
-                        theta, record = yield from self._round(t, theta, selector)
-                    except DivergenceError:
-                        raise
-                    except FloatingPointError as exc:
-                        raise DivergenceError(str(exc), round=t) from exc
-                    history.rounds.append(record)
-                    if bar is not None:
-                        bar.update(1)
-                        if record.test_accuracy is not None:
-                            bar.set_postfix(acc=f"{record.test_accuracy:.3f}")
-                    self._check_divergence(record, threshold, selector)
-                    if self.callback is not None:
-                        self.callback(self, record)
-                    if (
-                        self.stop_at_target
-                        and self.target_accuracy is not None
-                        and record.test_accuracy is not None
-                        and record.test_accuracy >= self.target_accuracy
-                    ):
-                        break
-                    if ckpt_path is not None and (t + 1) % int(self.checkpoint_every) == 0 and t + 1 < self.rounds:
-                        self._write_checkpoint(ckpt_path, fingerprint, theta, selector, history, t + 1, False)
-            finally:
-                if bar is not None:
-                    bar.close()
-            if ckpt_path is not None and not finished:
-                self._write_checkpoint(ckpt_path, fingerprint, theta, selector, history, len(history.rounds), True)
-            self.parameters_ = theta.numpy().copy()
-            self.buffers_ = {k: v.numpy().copy() for k, v in (self._buffers or {}).items()}
-            self.model_ = self._engine.module_at(theta, self._buffers)
+            request = run.step()
+            while request is not None:  # each round's main training, then its test evaluation, run here
+                try:
+                    reply = request.run()
+                except Exception as exc:
+                    request = run.step(error=exc)
+                else:
+                    request = run.step(reply)
         finally:
-            torch.set_num_threads(old_threads)
-            for attr in ("_engine", "_fed", "_buffers", "_ckpt_rounds", "_clock"):
-                self.__dict__.pop(attr, None)
+            run.close()
+        return self
 
     # -- divergence and checkpoints -------------------------------------------------
     def _check_divergence(self, record: RoundRecord, threshold: float | None, selector: BaseSelector) -> None:
@@ -1316,79 +1242,6 @@ class FederatedTrainer(BaseEstimator):
         u = np.random.default_rng([int(self._seeds[3]), int(t)]).random(self._fed.n_clients)
         return np.flatnonzero(u >= self._report_prob)
 
-    def _round(
-        self, t: int, theta: torch.Tensor, selector: BaseSelector
-    ) -> Generator[TrainingRequest | TestRequest, Any, tuple[torch.Tensor, RoundRecord]]:
-        """Round ``t``, yielding its main training and its test evaluation as requests."""
-        start = time.perf_counter()
-        lr = lr_at(self.lr, self.lr_schedule, t)
-        fed = self._fed
-        n = self.clients_per_round
-        unavailable = self._unavailable(t)
-        rc = keep = None
-        if self._clock is not None:
-            rc = self._clock.start_round()
-            if rc.offline.size:  # offline at the round's start: failed, as the per-round draw's clients are
-                unavailable = np.union1d(unavailable, rc.offline)
-            n, keep = self._round_size(selector, fed.n_clients)
-        ledger = RoundLedger(fed.n_clients, t, unavailable=unavailable)
-        oracle = SimulationOracle(
-            self._engine,
-            fed.client_indices,
-            ledger,
-            theta=theta,
-            lr=lr,
-            schedule=self._schedule,
-            train_seed=self._train_seed,
-            weight_decay=self.weight_decay,
-            prox_mu=self.prox_mu,
-            momentum=float(self.momentum),
-            nesterov=bool(self.nesterov),
-            buffers=self._buffers,
-            aggregation_weights=self._rule_weights,
-            dropout_seed=lambda purpose: self._dropout_seed(t, purpose),
-            n_samples=fed.n_samples,
-            clock=rc,
-            keep=keep,
-            sample_losses="sample_losses" in selector.needs,
-        )
-        name = type(selector).__name__
-        record = RoundRecord(round=t, clients=[], weights=[], lr=lr)
-
-        def check_and_test(agg: Aggregate) -> Generator[TestRequest, Any, None]:
-            new_theta = agg.theta
-            if agg.buffers is not None:
-                self._buffers = agg.buffers
-            if not bool(torch.isfinite(new_theta).all()):
-                raise FloatingPointError(
-                    f"FederatedTrainer: the global model became NaN/inf in round {t} (selector {name}, lr={lr}); "
-                    "lower the learning rate or check the selection weights"
-                )
-            ids = agg.selection.clients
-            record.clients = ids.tolist()
-            record.weights = [float(w) for w in agg.weights]
-            record.failed = ids[~agg.reported].tolist()
-            if (t + 1) % self.eval_every == 0 or t == self.rounds - 1:
-                test_loss, test_acc = yield TestRequest(self._engine, new_theta, self._buffers)
-                if not np.isfinite(test_loss):
-                    raise FloatingPointError(
-                        f"FederatedTrainer: the test loss became NaN/inf in round {t} (selector {name}, lr={lr}); "
-                        "lower the learning rate"
-                    )
-                record.test_loss, record.test_accuracy = test_loss, test_acc
-                if self.track_global_loss:
-                    losses = self._engine.client_losses(new_theta, None, self._buffers)
-                    record.global_loss = float(np.dot(fed.weights, losses))
-
-        agg = yield from play_round(oracle, oracle, selector, n, theta, round=t, n_clients=fed.n_clients,
-                                    after_aggregate=check_and_test, rule=self.aggregation,
-                                    n_samples=fed.n_samples, partial_weights=self.partial_weights)
-        record.costs = ledger.costs
-        if rc is not None:
-            record.sim_seconds, record.sim_time = self._clock.end_round(rc)  # type: ignore[union-attr]
-        record.seconds = time.perf_counter() - start
-        return agg.theta, record
-
     def _round_size(self, selector: BaseSelector, n_clients: int) -> tuple[int, int | None]:
         """With a clock: the clients to ask the selector for, and how many of the first to finish report.
 
@@ -1418,6 +1271,300 @@ class FederatedTrainer(BaseEstimator):
             "federation": _plain(getattr(fed, "metadata", {})),
             "n_clients": fed.n_clients,
         }
+
+
+@dataclass
+class _Round:
+    """Round t between its phases (:class:`_Fit`)."""
+
+    t: int
+    started: float  # perf_counter at its start
+    ledger: RoundLedger
+    clock: RoundClock | None
+    record: RoundRecord
+    opened: OpenRound
+    aggregate: Aggregate | None = None
+    tested: bool = False  # whether phase 2 asked for a test evaluation
+
+
+@dataclass
+class _Fit:
+    """One :meth:`FederatedTrainer.fit` in progress: its state between phases, and the phases.
+
+    A fit is ``start`` (validation, the engine, the selector, a checkpoint to resume), then per
+    round the three phases of :mod:`fedselect.round`, then ``end`` (the final checkpoint and the
+    fitted attributes). :meth:`step` runs the fit's own code up to the next thing it needs
+    computed: round t's main training (a :class:`TrainingRequest`, after selection) or its test
+    evaluation (a :class:`TestRequest`, after aggregation and the checks); the caller computes
+    it (:meth:`FederatedTrainer.fit` by itself, :func:`fedselect.simulation.batched.fit_runs`
+    batched with other runs') and passes the result, or the exception computing it raised, to
+    the next :meth:`step`. A round with nothing to train or test goes on without stopping.
+    """
+
+    trainer: FederatedTrainer
+    federation: Any
+    phase: str = "start"  # "start", then per round "open", "train", "test", then "end", "done"
+    t: int = 0  # the round in play
+    last: int = 0  # the round after the last to play
+    selector: BaseSelector | None = None  # the fitted selector (or the checkpoint's)
+    history: History | None = None
+    theta: torch.Tensor | None = None  # w^t
+    threshold: float | None = None
+    finished: bool = False  # resumed from the checkpoint of a finished run
+    ckpt_path: Path | None = None
+    fingerprint: dict[str, Any] | None = None
+    bar: Any = None
+    old_threads: int | None = None  # torch's threads before the fit (None: nothing to restore)
+    round: _Round | None = None
+
+    def step(self, reply: Any = None, error: Exception | None = None) -> TrainingRequest | TestRequest | None:
+        """Run the fit up to its next request; None when it has ended (the trainer's attributes set).
+
+        ``reply`` is the result of the last request (:meth:`TrainingRequest.run`'s or
+        :meth:`TestRequest.run`'s), ``error`` the exception computing it raised instead: raised
+        here, where the round asked. Raises what :meth:`FederatedTrainer.fit` raises, and then
+        the fit is closed.
+        """
+        try:
+            while self.phase != "done":
+                if self.phase == "start":
+                    self._start()
+                elif self.phase == "end":
+                    self._end()
+                else:
+                    request = self._round_phase(reply, error)
+                    reply = error = None
+                    if request is not None:
+                        return request
+            return None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Restore what the fit changed (torch's threads, the progress bar) and drop its working attributes;
+        also for a fit stopped between phases. Idempotent."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.old_threads is not None:
+            torch.set_num_threads(self.old_threads)
+            self.old_threads = None
+            for attr in ("_engine", "_fed", "_buffers", "_ckpt_rounds", "_clock"):
+                self.trainer.__dict__.pop(attr, None)
+
+    # -- the fit's phases ---------------------------------------------------------------
+    def _start(self) -> None:
+        tr, fed = self.trainer, self.federation
+        tr._validate(fed)
+        seed = tr.random_state
+        if seed is None:
+            seed = int(np.random.SeedSequence().generate_state(1)[0])
+        check_param(tr, "random_state", tr.random_state, seed is not None and is_int(seed), "None or an int")
+        # [training streams, selector, model init, client failures]; adding a word keeps the first three.
+        tr._seeds = np.random.SeedSequence(int(seed)).generate_state(4)
+        tr._fed = fed
+        tr._train_seed = int(tr._seeds[0])
+        if tr.local_steps is not None:
+            tr._schedule = LocalSchedule(tr.batch_size, steps=tr.local_steps)
+        else:
+            tr._schedule = LocalSchedule(tr.batch_size, epochs=tr.local_epochs or 1)
+
+        self.old_threads = torch.get_num_threads()
+        if tr.n_threads:
+            torch.set_num_threads(int(tr.n_threads))
+        torch.manual_seed(int(tr._seeds[2]))
+        tr._engine = build_engine(tr.model, tr.model_params, fed, batch_size=tr.batch_size,
+                                  local_steps=tr.local_steps, loss=tr.loss, owner="FederatedTrainer",
+                                  device=tr.device, path=tr.engine)
+        tr._buffers = dict(tr._engine.buffers) or None
+        selector = tr._make_selector()
+        selector.fit(fed.client_pool())
+        history = History(model_size=tr._engine.n_params, config=tr._config(fed, selector))
+        theta = tr._engine.initial_parameters()
+        if tr.divergence is not None:
+            self.threshold = float(tr.divergence) * tr._engine.test(theta, tr._buffers)[0]
+        start, finished = 0, False
+        if tr.checkpoint_dir is not None:
+            self.ckpt_path = Path(tr.checkpoint_dir) / CHECKPOINT_FILE
+            self.fingerprint = tr._fingerprint(fed, selector, theta)
+            tr._ckpt_rounds = []  # the rounds as JSON, kept between writes
+            if not tr.checkpoint_trusted:
+                tr._check_checkpointable(selector)
+            state = tr._read_checkpoint(self.ckpt_path, self.fingerprint, selector, theta)
+            if state is not None:
+                selector = state["selector"]
+                theta = state["theta"]
+                if state["buffers"] is not None:
+                    tr._buffers = state["buffers"]
+                history.rounds = state["rounds"]
+                start, finished = state["next_round"], state["finished"]
+                _set_rng_state(state["rng"])
+        tr._clock = None
+        if tr._profiles is not None:
+            resumed_at = next((r.sim_time for r in reversed(history.rounds) if r.sim_time is not None), 0.0)
+            tr._clock = SimulatedClock(tr._profiles, model_size=tr._engine.n_params, deadline=tr.deadline,
+                                       query_timeout=tr.query_timeout, start=resumed_at)
+        tr.selector_ = selector
+        tr.history_ = history
+        tr.resumed_from_ = start
+        self.selector, self.history, self.theta, self.finished = selector, history, theta, finished
+        if tr.progress and not finished and bars_wanted():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=tr.rounds, initial=start, desc=type(selector).__name__, unit="round", leave=False)
+        self.t, self.last = start, tr.rounds if not finished else start
+        self.phase = "open" if self.t < self.last else "end"
+
+    def _round_phase(self, reply: Any, error: Exception | None) -> TrainingRequest | TestRequest | None:
+        """Round t's next phase; a FloatingPointError in the round is the run's divergence."""
+        try:
+            if error is not None:
+                raise error  # computing the round's request failed: raised where the round asked
+            if self.phase == "open":
+                return self._open()
+            if self.phase == "train":
+                return self._trained(reply)
+            record = self._tested(reply)
+        except DivergenceError:
+            raise
+        except FloatingPointError as exc:
+            raise DivergenceError(str(exc), round=self.t) from exc
+        self._recorded(record)
+        return None
+
+    def _open(self) -> TrainingRequest | None:
+        """Phase 1: the round's clients and oracle, the selection; the main training to run (None: none)."""
+        tr, t = self.trainer, self.t
+        started = time.perf_counter()
+        lr = lr_at(tr.lr, tr.lr_schedule, t)
+        fed = tr._fed
+        n = tr.clients_per_round
+        unavailable = tr._unavailable(t)
+        rc = keep = None
+        if tr._clock is not None:
+            rc = tr._clock.start_round()
+            if rc.offline.size:  # offline at the round's start: failed, as the per-round draw's clients are
+                unavailable = np.union1d(unavailable, rc.offline)
+            n, keep = tr._round_size(self.selector, fed.n_clients)
+        ledger = RoundLedger(fed.n_clients, t, unavailable=unavailable)
+        oracle = SimulationOracle(
+            tr._engine,
+            fed.client_indices,
+            ledger,
+            theta=self.theta,
+            lr=lr,
+            schedule=tr._schedule,
+            train_seed=tr._train_seed,
+            weight_decay=tr.weight_decay,
+            prox_mu=tr.prox_mu,
+            momentum=float(tr.momentum),
+            nesterov=bool(tr.nesterov),
+            buffers=tr._buffers,
+            aggregation_weights=tr._rule_weights,
+            dropout_seed=lambda purpose: tr._dropout_seed(t, purpose),
+            n_samples=fed.n_samples,
+            clock=rc,
+            keep=keep,
+            sample_losses="sample_losses" in self.selector.needs,
+        )
+        record = RoundRecord(round=t, clients=[], weights=[], lr=lr)
+        opened = open_round(oracle, oracle, self.selector, n, self.theta, round=t, n_clients=fed.n_clients,
+                            rule=tr.aggregation, n_samples=fed.n_samples, partial_weights=tr.partial_weights)
+        assert opened is not None  # nothing is contained: a selector's error is the user's to see
+        self.round = _Round(t, started, ledger, rc, record, opened)
+        self.phase = "train"
+        return opened.request
+
+    def _trained(self, reply: Any) -> TestRequest | None:
+        """Phase 2: aggregation and the model's checks, given the main training's result; the test evaluation
+        to run (None: not this round)."""
+        tr, rnd = self.trainer, self.round
+        assert rnd is not None
+        t, record, lr = rnd.t, rnd.record, rnd.record.lr
+        agg = rnd.aggregate = rnd.opened.conclude(reply)
+        self.phase = "test"
+        new_theta = agg.theta
+        if agg.buffers is not None:
+            tr._buffers = agg.buffers
+        if not bool(torch.isfinite(new_theta).all()):
+            raise FloatingPointError(
+                f"FederatedTrainer: the global model became NaN/inf in round {t} (selector "
+                f"{type(self.selector).__name__}, lr={lr}); lower the learning rate or check the selection weights"
+            )
+        ids = agg.selection.clients
+        record.clients = ids.tolist()
+        record.weights = [float(w) for w in agg.weights]
+        record.failed = ids[~agg.reported].tolist()
+        if (t + 1) % tr.eval_every == 0 or t == tr.rounds - 1:
+            rnd.tested = True
+            return TestRequest(tr._engine, new_theta, tr._buffers)
+        return None
+
+    def _tested(self, reply: tuple[float, float | None] | None) -> RoundRecord:
+        """Phase 3: the test evaluation's result (when one was asked for), the selector's update; the record."""
+        tr, rnd = self.trainer, self.round
+        assert rnd is not None and rnd.aggregate is not None
+        t, record, agg = rnd.t, rnd.record, rnd.aggregate
+        if rnd.tested:
+            assert reply is not None
+            test_loss, test_acc = reply
+            if not np.isfinite(test_loss):
+                raise FloatingPointError(
+                    f"FederatedTrainer: the test loss became NaN/inf in round {t} (selector "
+                    f"{type(self.selector).__name__}, lr={record.lr}); lower the learning rate"
+                )
+            record.test_loss, record.test_accuracy = test_loss, test_acc
+            if tr.track_global_loss:
+                losses = tr._engine.client_losses(agg.theta, None, tr._buffers)
+                record.global_loss = float(np.dot(tr._fed.weights, losses))
+        rnd.opened.learn(agg)
+        record.costs = rnd.ledger.costs
+        if rnd.clock is not None:
+            record.sim_seconds, record.sim_time = tr._clock.end_round(rnd.clock)  # type: ignore[union-attr]
+        record.seconds = time.perf_counter() - rnd.started
+        self.theta, self.round = agg.theta, None
+        return record
+
+    def _recorded(self, record: RoundRecord) -> None:
+        """After round t: its record kept, the divergence rule, the callback, the target, a checkpoint."""
+        tr, t = self.trainer, self.t
+        self.history.rounds.append(record)
+        if self.bar is not None:
+            self.bar.update(1)
+            if record.test_accuracy is not None:
+                self.bar.set_postfix(acc=f"{record.test_accuracy:.3f}")
+        tr._check_divergence(record, self.threshold, self.selector)
+        if tr.callback is not None:
+            tr.callback(tr, record)
+        if (
+            tr.stop_at_target
+            and tr.target_accuracy is not None
+            and record.test_accuracy is not None
+            and record.test_accuracy >= tr.target_accuracy
+        ):
+            self.phase = "end"
+            return
+        if self.ckpt_path is not None and (t + 1) % int(tr.checkpoint_every) == 0 and t + 1 < tr.rounds:
+            tr._write_checkpoint(self.ckpt_path, self.fingerprint, self.theta, self.selector, self.history, t + 1,
+                                 False)
+        self.t += 1
+        self.phase = "open" if self.t < self.last else "end"
+
+    def _end(self) -> None:
+        """The final checkpoint and the fitted attributes; the fit closed."""
+        tr = self.trainer
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.ckpt_path is not None and not self.finished:
+            tr._write_checkpoint(self.ckpt_path, self.fingerprint, self.theta, self.selector, self.history,
+                                 len(self.history.rounds), True)
+        tr.parameters_ = self.theta.numpy().copy()
+        tr.buffers_ = {k: v.numpy().copy() for k, v in (tr._buffers or {}).items()}
+        tr.model_ = tr._engine.module_at(self.theta, tr._buffers)
+        self.phase = "done"
+        self.close()
 
 
 def _get_rng_state() -> dict[str, Any]:

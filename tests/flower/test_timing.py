@@ -63,7 +63,7 @@ def test_every_flower_round_is_played_by_the_round_module(fed8, monkeypatch):
 
     def counted(*args, **kwargs):
         calls.append((kwargs["round"], kwargs["rule"], kwargs["apply"] is not None))
-        return (yield from real(*args, **kwargs))
+        return real(*args, **kwargs)
 
     class Inner(FedAvg):
         def aggregate_train(self, server_round, replies):
