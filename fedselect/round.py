@@ -236,7 +236,16 @@ class OpenRound:
     contain: Contain | None = None
 
     def conclude(self, reply: Any = None) -> Aggregate:
-        """Phase 2: :func:`conclude_round` with ``reply``, the answer to :attr:`request` (None when it is None)."""
+        """Phase 2: :func:`conclude_round` with ``reply``, the answer to :attr:`request` (None when it is None).
+
+        A request left unanswered (``reply`` None) is an error, not a round whose clients all failed;
+        so is an answer to no request.
+        """
+        if (self.request is None) != (reply is None):
+            raise TypeError(
+                f"OpenRound.conclude: the round's request is {type(self.request).__name__} but the reply is "
+                f"{type(reply).__name__}; pass the answer to OpenRound.request (None only when it is None)"
+            )
         return conclude_round(self.transport, self.selection, self.theta, reply, round=self.round,
                               needs=self.selector.needs, **self.aggregation)
 

@@ -168,6 +168,17 @@ def test_a_round_is_three_phases_with_the_runtime_answering_in_between():
     assert agg.feedback.clients.tolist() == [0, 1] and sel.updates_ == 1
 
 
+def test_a_request_left_unanswered_or_an_answer_to_no_request_is_an_error_not_a_silent_round():
+    oracle = _Asking(n_clients=6, random_state=0)
+    sel = _Raising().fit(fedselect.ClientPool(oracle.n_samples))
+    opened = round_module.open_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, rule="mean")
+    with pytest.raises(TypeError, match=r"OpenRound.conclude: the round's request is tuple but the reply is NoneType"):
+        opened.conclude()  # forgot to answer: not a round whose clients all failed
+    opened.request = None
+    with pytest.raises(TypeError, match=r"request is NoneType but the reply is tuple"):
+        opened.conclude(("trained", (0, 1)))
+
+
 def test_after_aggregate_returning_false_keeps_the_round_from_the_selector():
     for result, taught in ((False, 0), (None, 1), (True, 1)):
         sel = _Raising()

@@ -964,6 +964,7 @@ class SelectorStrategy(Strategy):
         of the chosen clients. The round waits in ``_pending`` for :meth:`aggregate_train`."""
         start = time.perf_counter()
         t = int(server_round) - 1
+        self._pending = None  # a round opened earlier and never aggregated is dropped, even if this call raises
         self._traffic = {}
         self._rejected = {}
         self._errors = []

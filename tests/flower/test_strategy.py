@@ -431,3 +431,33 @@ def test_a_bad_setup_fails_at_start_before_any_message(fed8, change):
     with pytest.raises((ValueError, KeyError, LookupError), match=match):
         strategy.start(grid, clients.initial_arrays(), num_rounds=1)
     assert grid.sent == []
+
+
+def test_a_configure_train_that_raises_leaves_no_earlier_round_to_aggregate(fed8):
+    from flwr.app import ConfigRecord
+
+    class FailsSecond(BaseSelector):
+        def _fit(self, pool):
+            self.calls = 0
+
+        def _select(self, n, *, round, oracle):
+            self.calls += 1
+            if self.calls == 2:
+                raise KeyError("the second selection fails")
+            return Selection(np.arange(n))
+
+        def _update(self, feedback):
+            pass
+
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+    grid = LocalGrid(clients.client_app(), fed8.n_clients, seed=5)
+    strategy = SelectorStrategy(FailsSecond(), clients_per_round=3, random_state=0, connect_timeout=5.0,
+                                n_clients=fed8.n_clients)
+    arrays = clients.initial_arrays()
+    assert list(strategy.configure_train(1, arrays, ConfigRecord(), grid))  # round 0 opened, never aggregated
+    with pytest.raises(KeyError, match="the second selection fails"):
+        strategy.configure_train(2, arrays, ConfigRecord(), grid)
+    # round 0 would now be concluded with round 1's counters and global model: it is gone instead
+    for server_round in (1, 2):
+        with pytest.raises(RuntimeError, match="call configure_train for this round first"):
+            strategy.aggregate_train(server_round, [])
