@@ -283,7 +283,7 @@ def test_compact_runs_needs_git_to_hold_each_full_record(tmp_path):
     new = repo / "new" / "cmp"
     new.parent.mkdir()
     folder.rename(new)  # moved since the commit: --raw-dir says where it was
-    assert records.compact_runs(new, raw_commit=commit, raw_dir="old/cmp") == (4, 0)
+    assert records.compact_runs(new, raw_commit=commit[:7], raw_dir="old/cmp") == (4, 0)  # stored as the full hash
     assert records.compact_runs(new, raw_commit=commit, raw_dir="old/cmp") == (0, 4)
     info = records.compact_info(new / "runs" / "A__seed0.json.gz")
     assert info["raw"]["path"] == "old/cmp/runs/A__seed0.json.gz" and info["raw"]["commit"] == commit
@@ -316,7 +316,11 @@ def test_the_stored_compact_records_say_what_they_dropped_and_where_the_full_one
         rounds = saved["history"]["rounds"]
         assert all(r["clients"] == [] and r["weights"] == [] for r in rounds), where
         assert sum(info["selection_counts"]) == info["chosen"] > 0, where
-        assert info["raw"]["path"].startswith("benchmarks/results/") and len(info["raw"]["commit"]) == 40, where
+        raw = info["raw"]
+        # the full record: where it was when it was committed (benchmarks/results/ for the older tables, the table's
+        # own folder for the recalibrated HCSFed table), under the same file name
+        assert raw["path"].startswith("benchmarks/") and raw["path"].endswith("/runs/" + path.name), where
+        assert len(raw["commit"]) == 40, where
         n_compact += 1
     assert n_compact > 0 and n_full > 0
 

@@ -170,6 +170,11 @@ def compact_runs(folder: str | Path, *, raw_commit: str, raw_dir: str | None = N
     )
     rel = folder.relative_to(repo).as_posix()
     raw_dir = (raw_dir or rel).rstrip("/")
+    # the full hash, whatever abbreviation was given: a short one can become ambiguous as the history grows
+    raw_commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{raw_commit}^{{commit}}"], cwd=repo, capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()
     blobs = _git_blobs(raw_commit, raw_dir, repo)
     todo = []
     skipped = 0
