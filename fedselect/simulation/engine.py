@@ -549,8 +549,12 @@ class Engine:
 
     def _use_compiled(self) -> None:
         """Train through the compiled chain step (:mod:`fedselect.simulation._compiled`), or say why it cannot."""
-        if self._plan is None or self._chain_step != self._chain_step_by_hand:
-            raise ValueError(_compiled_refusal_message(self.model, self.loss))
+        why = compiled_path_refusal(self.model, self.loss)  # the rule a comparison checks before any run
+        if why is None and not self.classification:  # what only the data tells: class labels
+            why = _compiled_refusal_message(self.model, self.loss)
+        if why is not None:
+            raise ValueError(why)
+        assert self._plan is not None and self._chain_step == self._chain_step_by_hand
         why = compile_unusable()
         if why is not None:
             raise ValueError(f"path='compiled' needs torch.compile (inductor), which fails here: {why}")
