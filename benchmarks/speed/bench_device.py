@@ -303,8 +303,11 @@ def main(argv: list[str] | None = None) -> int:
             later = seconds[1:] or seconds
             per_round = statistics.median(later)
             bound = statistics.median(work[1:] or work) / (rate * 1e9)
+            how = ""
+            if path == "compiled":  # the compiled step's kind (the Engine's static_steps default follows the device)
+                how = " [static steps, CUDA graphs]" if device.startswith("cuda") else " [dynamic sizes]"
             print(
-                f"  {path}: {per_round:.3f} s per round (median of rounds 2..{len(seconds)}; first "
+                f"  {path}{how}: {per_round:.3f} s per round (median of rounds 2..{len(seconds)}; first "
                 f"{seconds[0]:.3f} s; run {total:.2f} s) = {per_round / bound:.2f}x the bound ({bound:.3f} s); "
                 f"final accuracy {trainer.history_.rounds[-1].test_accuracy:.3f}"
             )

@@ -10,6 +10,13 @@ Dropout masks are drawn outside the graph from each run's own generator (``torch
 quarter of the cost of ``bernoulli_`` on the CPU) and are applied and scaled inside it. Float rounding
 (inductor's fused kernels) and the dropout stream differ from the eager path's, which stays the bit-stable
 reference and the default; the same call on the same machine gives the same bits.
+
+Static steps (the default on CUDA): every step trains all N rows, a finished client's row with a zero step
+size and an all-zero minibatch mask (a zero gradient, so its parameters stay bit for bit), so every step
+has the same shapes. The graph is then compiled for fixed sizes, returns the updated parameters instead of
+writing its inputs, and on CUDA runs as a CUDA graph (``mode="reduce-overhead"``): one replay per step
+instead of one launch per kernel. On the CPU the dynamic step is faster (it skips finished rows); the
+static one can be asked for there (``Engine(..., static_steps=True)``) and is tested against it.
 """
 
 from __future__ import annotations
@@ -61,13 +68,15 @@ def _chain_step(
     weight_decay: float,
     update: bool,
     want_losses: bool,
+    functional: bool = False,
 ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """One step of the first k clients: their gradients (when ``update`` is False) and per-sample losses.
 
     ``params`` are every client's parameters in the plan's order ((N, out, in) weights, (N, 1, out) biases);
     the first k = ``mask.shape[0]`` rows train. ``keep[i]`` is the i-th dropout layer's (N, B, width) kept
     entries (None: p is 0 or 1), restricted to ``rows``. With ``update`` the step's ``w -= factor * (g + wd w)`` is
-    applied to the first k rows in place.
+    applied to the first k rows in place, or, with ``functional``, returned as new tensors (the static step's
+    form: a CUDA graph does not write its inputs).
     """
     k, B = mask.shape
     x = X[ix].reshape(k, B, -1)
@@ -115,48 +124,72 @@ def _chain_step(
             g = g * saved
     if not update:
         return out, losses
+    new: list[torch.Tensor] = []
     for cur, grad in zip(active, out):
         if weight_decay:
             grad = grad + cur * weight_decay
-        cur.sub_(grad * factor)
-    return [], losses
+        if functional:
+            new.append(cur - grad * factor)
+        else:
+            cur.sub_(grad * factor)
+    return new, losses
 
 
 class CompiledChainStep:
-    """The chain step of one chain: :func:`_chain_step` compiled with dynamic sizes, its plan fixed.
+    """The chain step of one chain: :func:`_chain_step` compiled, its plan fixed.
+
+    ``static=False``: compiled with dynamic sizes (the number of active clients k shrinks within a round).
+    ``static=True``: compiled for the sizes it is called with (every step of a round has the same), and with
+    ``cuda_graphs`` run as a CUDA graph (``mode="reduce-overhead"``).
 
     Dynamo keeps at most ``recompile_limit`` (8) graphs per code object, and a process may build engines
     of many chains; each chain therefore compiles its own copy of the function's code (:meth:`for_plan`
-    shares it between the engines of one chain), so only its own flag combinations (fused update, sample
-    losses: four) and size-1 specialisations count against the limit.
+    shares it between the engines of one chain and kind of step), so only its own flag combinations (fused
+    update, sample losses: four) and size-1 specialisations count against the limit.
     """
 
-    def __init__(self, plan: tuple[tuple[str, Any], ...]) -> None:
+    def __init__(self, plan: tuple[tuple[str, Any], ...], *, static: bool = False, cuda_graphs: bool = False) -> None:
+        if cuda_graphs and not static:
+            raise ValueError("CUDA graphs need static steps (every step of a round the same shapes)")
         self.plan = plan
+        self.static = static
+        self.cuda_graphs = cuda_graphs
         code = _chain_step.__code__.replace()  # a code object of its own: its own cache of compiled graphs
         fn = types.FunctionType(code, _chain_step.__globals__, _chain_step.__name__, _chain_step.__defaults__)
-        self.fn = torch.compile(fn, dynamic=True, fullgraph=True)
+        if static:
+            mode = "reduce-overhead" if cuda_graphs else None
+            self.fn = torch.compile(fn, dynamic=False, fullgraph=True, mode=mode)
+        else:
+            self.fn = torch.compile(fn, dynamic=True, fullgraph=True)
 
     @classmethod
-    def for_plan(cls, plan: Sequence[tuple[str, Any]]) -> CompiledChainStep:
-        """The compiled step of a chain (``Engine._plan``), built once per process."""
+    def for_plan(
+        cls, plan: Sequence[tuple[str, Any]], *, static: bool = False, cuda_graphs: bool = False
+    ) -> CompiledChainStep:
+        """The compiled step of a chain (``Engine._plan``), built once per process and kind of step."""
         # a linear layer is recorded by whether it has a bias; dropout by its p
         key = tuple(
             ("linear", arg[1] is not None) if kind == "linear" else (kind, arg)  # type: ignore[index]
             for kind, arg in plan
         )
-        if key not in _STEPS:
-            _STEPS[key] = cls(key)
-        return _STEPS[key]
+        if (key, static, cuda_graphs) not in _STEPS:
+            _STEPS[key, static, cuda_graphs] = cls(key, static=static, cuda_graphs=cuda_graphs)
+        return _STEPS[key, static, cuda_graphs]
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        if self.static:
+            if self.cuda_graphs:
+                # a CUDA graph's outputs live in its memory pool and the next replay overwrites them: the caller
+                # has used the last step's (copied the parameters, added the losses) before it asks for a step
+                torch.compiler.cudagraph_mark_step_begin()
+            return self.fn(self.plan, *args, **kwargs)
         # no duck sizing: two sizes equal at the first call (k = N clients) would be traced as one and the
         # first step with k < N would compile again
         with torch.fx.experimental._config.patch(use_duck_shape=False):
             return self.fn(self.plan, *args, **kwargs)
 
 
-_STEPS: dict[tuple[tuple[str, Any], ...], CompiledChainStep] = {}
+_STEPS: dict[tuple[tuple[tuple[str, Any], ...], bool, bool], CompiledChainStep] = {}
 
 
 def sgd_chain(
@@ -179,7 +212,9 @@ def sgd_chain(
     The same schedule (clients sorted by their number of steps, the active ones a prefix), the same update
     rule; ``masks(step, layer, p, width)`` gives the (N, B, width) kept entries (:func:`dropout_keep`), drawn
     for every client at every step as on the eager path. Plain SGD with weight decay is updated inside the
-    graph; FedProx's term and momentum are applied outside it, as the eager path writes them.
+    graph; FedProx's term and momentum are applied outside it, as the eager path writes them. A static step
+    (``engine._compiled_step.static``) trains all N rows at every step and returns the updated parameters,
+    which are copied back before the next step.
     """
     N, dev = start.shape[0], engine.device
     sched = engine._chain_schedule(idx, mask)
@@ -200,21 +235,29 @@ def sgd_chain(
         elif kind == "dropout":
             drop.append((float(arg), width))
     fused = not (prox_mu or momentum)
+    static = engine._compiled_step.static
     sq_o = None if sq is None else torch.zeros(N, dtype=torch.float64, device=engine._acc)
     for step in range(idx.shape[0]):
         k = int((sorted_steps > step).sum())
         if k == 0:
             continue
+        if static:
+            k = N  # every row: a finished client's has an all-zero mask and a zero step size (a zero update)
         keep = [masks(step, i, p, w) if 0.0 < p < 1.0 else None for i, (p, w) in enumerate(drop)]
         factor = lr_o[:k] * active[step, :k, None, None]
         # the step's slices as tensors of their own (a view's base and offset would be guarded on: recompiles)
         grads, losses = engine._compiled_step(
             params, engine.X, engine.y, idx_t[step, :k].flatten().clone(), mask_t[step, :k].clone(),
             denom[step, :k].clone(), keep, order_t[:k].clone(), factor, float(weight_decay), fused, sq_o is not None,
+            static,
         )  # fmt: skip
         if sq_o is not None:
             sq_o[:k] += (engine._f64(losses).square() * mask_t[step, :k].to(engine._acc)).sum(1)
         if fused:
+            if static:
+                with torch.no_grad():
+                    for cur, updated in zip(params, grads):
+                        cur.copy_(updated)
             continue
         with torch.no_grad():
             for i, g in enumerate(grads):

@@ -424,6 +424,13 @@ class Engine:
         ``torch.compile``): each local step is one inductor graph (:mod:`fedselect.simulation._compiled`);
         its float rounding and dropout stream differ from the eager path's (the same call gives the same
         bits), so a run records the path it trained on.
+    static_steps : bool, optional
+        Only with ``path="compiled"``. True: every local step trains all the round's clients (a finished
+        client with a zero step size and an empty minibatch, so its parameters do not change), so every
+        step has the same shapes; the graph is compiled for them and, on CUDA, replayed as a CUDA graph.
+        False: each step trains only the clients with steps left (dynamic shapes). Default: True on
+        CUDA, False elsewhere (on the CPU skipping finished clients is faster). The two agree to float
+        rounding; the choice follows from the device unless given, so a run's recorded device says it.
 
     Raises
     ------
@@ -473,9 +480,12 @@ class Engine:
         loss: str | LossFn = "cross-entropy",
         device: str | torch.device = "cpu",
         path: str = "eager",
+        static_steps: bool | None = None,
     ) -> None:
         if path not in PATHS:
             raise ValueError(f"The 'path' parameter of Engine must be one of {PATHS!r}; got {path!r} instead.")
+        if static_steps is not None and path != "compiled":
+            raise ValueError(f"static_steps is an option of path='compiled'; got path={path!r}")
         self.path = path
         self.device = resolve_device(device)
         # float64 sums (losses, accuracies) where the device has float64; MPS has none, so there they are
@@ -543,12 +553,13 @@ class Engine:
         self._draw_masks: Callable[..., torch.Tensor] = _global_dropout_masks
         self._mask_dtype = torch.float32
         if path == "compiled":
-            self._use_compiled()
+            self._use_compiled(self.device.type == "cuda" if static_steps is None else bool(static_steps))
         self.min_batch_size = 1
         self._probe()
 
-    def _use_compiled(self) -> None:
-        """Train through the compiled chain step (:mod:`fedselect.simulation._compiled`), or say why it cannot."""
+    def _use_compiled(self, static: bool) -> None:
+        """Train through the compiled chain step (:mod:`fedselect.simulation._compiled`), or say why it cannot.
+        ``static``: every step the same shapes, run as a CUDA graph on a CUDA device."""
         why = compiled_path_refusal(self.model, self.loss)  # the rule a comparison checks before any run
         if why is None and not self.classification:  # what only the data tells: class labels
             why = _compiled_refusal_message(self.model, self.loss)
@@ -558,7 +569,8 @@ class Engine:
         why = compile_unusable()
         if why is not None:
             raise ValueError(f"path='compiled' needs torch.compile (inductor), which fails here: {why}")
-        self._compiled_step = CompiledChainStep.for_plan(self._plan)
+        cuda_graphs = static and self.device.type == "cuda"
+        self._compiled_step = CompiledChainStep.for_plan(self._plan, static=static, cuda_graphs=cuda_graphs)
         self._local_sgd = functools.partial(compiled_sgd_chain, self)
         self._draw_masks = dropout_keep
         self._mask_dtype = torch.bool
@@ -1384,6 +1396,7 @@ class Engine:
             str(self.device),
             self._model_repr,
             self.path,
+            getattr(self, "_compiled_step", None) and self._compiled_step.static,
         )
 
     def train_runs(

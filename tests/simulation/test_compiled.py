@@ -36,6 +36,11 @@ def _engines(model):
     return eager, Engine(model, X, y, parts, X[:50], y[:50], path="compiled"), parts
 
 
+def _static(model, device="cpu"):
+    X, y, parts = _data()
+    return Engine(model, X, y, parts, X[:50], y[:50], path="compiled", static_steps=True, device=device)
+
+
 def _batches(engine, parts, rnd):
     """Unequal local work: clients finish at different steps, so the active clients shrink within a round."""
     out = engine.client_batches(parts, LocalSchedule(16, epochs=2), 0, rnd, [0, 1, 2, 3, 4])
@@ -127,6 +132,75 @@ def test_compiled_runs_batched_equal_runs_alone(mlp_dropout):
     for r in range(3):
         alone, _ = compiled.train_runs([theta], [runs[r]], lrs=[0.1], dropout_seeds=[5 + r])
         torch.testing.assert_close(batched[r], alone[0], rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def mlp_dropout_static(mlp_dropout):
+    return _static(mlp_dropout[1].model)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"weight_decay": 1e-3, "sample_losses": True}, {"momentum": 0.9, "nesterov": True, "prox_mu": 0.1}],
+    ids=["sgd", "momentum-prox"],
+)
+def test_static_steps_agree_with_dynamic_steps(mlp_dropout, mlp_dropout_static, options):
+    """Static steps (CUDA's, run here on the CPU) train every row at every step, a finished client's with a zero
+    step size: each client ends where the dynamic step leaves it, with the same dropout masks, to float rounding;
+    clients that stop early are not moved by the steps after their last."""
+    _, dynamic, parts = mlp_dropout
+    static = mlp_dropout_static
+    assert static._compiled_step.static and not dynamic._compiled_step.static
+    assert not static._compiled_step.cuda_graphs  # CUDA graphs only on a CUDA device
+    theta = dynamic.initial_parameters()
+    for rnd in range(2):
+        batches = _batches(dynamic, parts, rnd)
+        a = dynamic.train(theta, batches, lr=0.1, dropout_seed=rnd, **options)
+        b = static.train(theta, batches, lr=0.1, dropout_seed=rnd, **options)
+        if options.get("sample_losses"):
+            (a, la), (b, lb) = a, b
+            np.testing.assert_allclose(lb, la, rtol=1e-5)
+        assert a.abs().max() > 1e-3
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+        theta = theta + a.mean(0)
+
+
+def test_static_steps_compile_once_for_a_rounds_shapes(mlp_dropout_static, mlp_dropout):
+    """A static step is compiled for the round's sizes: rounds with the same clients and minibatch width reuse it
+    however the clients' numbers of steps differ (the shrinking active set is padded, not a new shape)."""
+    static, parts = mlp_dropout_static, mlp_dropout[2]
+    theta = static.initial_parameters()
+    static.train(theta, _batches(static, parts, 0), lr=0.1, dropout_seed=0)
+    before = counters["stats"]["unique_graphs"]
+    for rnd in range(1, 4):
+        batches = _batches(static, parts, rnd)
+        batches[rnd] = batches[rnd][:1]  # another client stops after one step
+        static.train(theta, batches, lr=0.1, dropout_seed=rnd)
+    assert counters["stats"]["unique_graphs"] == before
+
+
+def test_static_steps_are_an_option_of_the_compiled_path(logistic):
+    X, y, parts = _data()
+    with pytest.raises(ValueError, match="static_steps is an option of path='compiled'"):
+        Engine(logistic[0].model, X, y, parts, X[:50], y[:50], static_steps=True)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_compiled_path_replays_cuda_graphs_and_agrees_with_the_cpu(mlp):
+    """On CUDA the compiled path takes static steps run as CUDA graphs; without dropout it lands where the CPU's
+    eager path does, to float rounding (TF32 is off by default for float32 matrix products)."""
+    eager, _, parts = mlp
+    gpu = Engine(eager.model, *_data()[:2], parts, _data()[0][:50], _data()[1][:50], path="compiled", device="cuda")
+    assert gpu._compiled_step.static and gpu._compiled_step.cuda_graphs
+    theta = eager.initial_parameters()
+    for rnd in range(3):
+        batches = _batches(eager, parts, rnd)
+        a = eager.train(theta, batches, lr=0.1, weight_decay=1e-3)
+        b = gpu.train(theta, batches, lr=0.1, weight_decay=1e-3)
+        assert b.device.type == "cpu"
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        theta = theta + a.mean(0)
 
 
 def test_eager_is_the_default_and_paths_do_not_batch_together(logistic):
