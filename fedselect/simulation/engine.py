@@ -571,6 +571,11 @@ class Engine:
             raise ValueError(f"path='compiled' needs torch.compile (inductor), which fails here: {why}")
         cuda_graphs = static and self.device.type == "cuda"
         self._compiled_step = CompiledChainStep.for_plan(self._plan, static=static, cuda_graphs=cuda_graphs)
+        if cuda_graphs:
+            # the training data stays where it is for the engine's life: a CUDA graph reads it in place instead of
+            # copying it into the graph's own memory before every replay (another engine's data re-records)
+            torch._dynamo.mark_static_address(self.X, guard=False)
+            torch._dynamo.mark_static_address(self.y, guard=False)
         self._local_sgd = functools.partial(compiled_sgd_chain, self)
         self._draw_masks = dropout_keep
         self._mask_dtype = torch.bool

@@ -191,8 +191,10 @@ def test_cuda_compiled_path_replays_cuda_graphs_and_agrees_with_the_cpu(mlp):
     """On CUDA the compiled path takes static steps run as CUDA graphs; without dropout it lands where the CPU's
     eager path does, to float rounding (TF32 is off by default for float32 matrix products)."""
     eager, _, parts = mlp
-    gpu = Engine(eager.model, *_data()[:2], parts, _data()[0][:50], _data()[1][:50], path="compiled", device="cuda")
+    X, y, _ = _data()
+    gpu = Engine(eager.model, X, y, parts, X[:50], y[:50], path="compiled", device="cuda")
     assert gpu._compiled_step.static and gpu._compiled_step.cuda_graphs
+    skips = counters["inductor"]["cudagraph_skips"]
     theta = eager.initial_parameters()
     for rnd in range(3):
         batches = _batches(eager, parts, rnd)
@@ -201,6 +203,7 @@ def test_cuda_compiled_path_replays_cuda_graphs_and_agrees_with_the_cpu(mlp):
         assert b.device.type == "cpu"
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
         theta = theta + a.mean(0)
+    assert counters["inductor"]["cudagraph_skips"] == skips  # inductor replayed the steps as CUDA graphs
 
 
 def test_eager_is_the_default_and_paths_do_not_batch_together(logistic):
