@@ -290,6 +290,44 @@ def test_compact_runs_needs_git_to_hold_each_full_record(tmp_path):
     assert info["raw"]["blob"] == _git(repo, "rev-parse", f"{commit}:old/cmp/runs/A__seed0.json.gz")
 
 
+def test_an_accuracy_pack_gives_the_same_rounds_and_paired_tests(tmp_path):
+    """pack_accuracy: one file per comparison; its histories give each run's rounds to a target and the paired
+    tests of the full runs; a failed run is kept as an entry, not as a history; a record git lacks is refused."""
+    repo = tmp_path / "repo"
+    folder = repo / "cmp"
+    runs = _made_up_runs()
+    failed = {**_stored("B", 2, [([0, 1], [0.5, 0.5], 0.1)]), "status": "failed",
+              "error": {"type": "DivergenceError", "message": "the loss is nan", "round": 1, "rounds_completed": 1}}
+    for saved in (*runs, failed):
+        _write(folder, saved)
+    _git(repo.parent, "init", "-q", str(repo))
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "runs")
+    commit = _git(repo, "rev-parse", "HEAD")
+    out, n = records.pack_accuracy(folder, raw_commit=commit)
+    assert out == folder / records.ACCURACY_FILE and n == 5
+    slim, entries = records.load_accuracy(out, 0.8)
+    full, _ = load_comparison(folder, 0.8)
+    assert {k: set(v) for k, v in slim.histories.items()} == {k: set(v) for k, v in full.histories.items()}
+    assert slim.failed == full.failed and slim.n_clients == full.n_clients == 6
+    for label, by_seed in full.histories.items():
+        for seed, h in by_seed.items():
+            packed = slim.histories[label][seed]
+            assert [r.test_accuracy for r in packed.rounds] == [r.test_accuracy for r in h.rounds]
+            assert packed.rounds_to_accuracy(0.8) == h.rounds_to_accuracy(0.8)
+            assert packed.config == h.config
+    assert slim.paired("A") == full.paired("A")
+    assert slim.paired("A", diverged="not-reached") == full.paired("A", diverged="not-reached")
+    assert [e["status"] for e in entries].count("failed") == 1
+    b1 = next(e for e in entries if e["label"] == "B" and e["seed"] == 1)
+    assert b1["raw"]["path"] == "cmp/runs/B__seed1.json.gz" and b1["raw"]["commit"] == commit
+    assert b1["raw"]["blob"] == _git(repo, "rev-parse", f"{commit}:cmp/runs/B__seed1.json.gz")
+    assert b1["command"] == ["fedselect", "compare"] and "selector_state" not in b1
+    _write(folder, {**runs[0], "seconds": 9.0})  # changed since the commit
+    with pytest.raises(ValueError, match="not in commit"):
+        records.pack_accuracy(folder, raw_commit=commit)
+
+
 # Comparison folders whose report draws from the chosen clients (selection pictures, the share of chosen clients
 # that failed): their runs stay full records.
 _FULL = (

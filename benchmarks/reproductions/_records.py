@@ -43,7 +43,17 @@ from typing import Any
 
 from fedselect.compare import read_text, run_files
 
-__all__ = ["COMPACT_FORMAT", "compact_info", "compact_record", "compact_runs", "is_compact", "weight_total_range"]
+__all__ = [
+    "ACCURACY_FILE",
+    "COMPACT_FORMAT",
+    "compact_info",
+    "compact_record",
+    "compact_runs",
+    "is_compact",
+    "load_accuracy",
+    "pack_accuracy",
+    "weight_total_range",
+]
 
 COMPACT_FORMAT = 1
 DROPPED = ("clients", "weights")  # per round
@@ -140,6 +150,45 @@ def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+def _verified(
+    folder: str | Path, raw_commit: str, raw_dir: str | None
+) -> tuple[Path, list[tuple[Path, dict[str, Any], dict[str, str] | None]]]:
+    """Every run record under ``folder`` (``**/runs/*.json[.gz]``) with where ``raw_commit`` holds it as it is
+    now (``commit``, ``path``, ``blob``; None for a compact record). Raises ValueError for a full record that is
+    not in ``raw_commit`` as it is now."""
+    folder = Path(folder).resolve()
+    repo = Path(
+        subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=folder, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    rel = folder.relative_to(repo).as_posix()
+    raw_dir = (raw_dir or rel).rstrip("/")
+    # the full hash, whatever abbreviation was given: a short one can become ambiguous as the history grows
+    raw_commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{raw_commit}^{{commit}}"], cwd=repo, capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()
+    blobs = _git_blobs(raw_commit, raw_dir, repo)
+    out: list[tuple[Path, dict[str, Any], dict[str, str] | None]] = []
+    for runs in sorted(p for p in folder.rglob("runs") if p.is_dir()):
+        for path in run_files(runs):
+            data = path.read_bytes()
+            saved = json.loads(read_text(path))
+            if is_compact(saved):
+                out.append((path, saved, None))
+                continue
+            raw_path = f"{raw_dir}/{path.relative_to(folder).as_posix()}"
+            blob = _blob_id(data)
+            if blobs.get(raw_path) != blob:
+                raise ValueError(
+                    f"{path}: not in commit {raw_commit[:12]} as it is now (looked for {raw_path}); "
+                    "its full record would be lost"
+                )
+            out.append((path, saved, {"commit": raw_commit, "path": raw_path, "blob": blob}))
+    return folder, out
+
+
 def compact_runs(folder: str | Path, *, raw_commit: str, raw_dir: str | None = None) -> tuple[int, int]:
     """Compact, in place, every full run record under ``folder`` (``**/runs/*.json[.gz]``).
 
@@ -162,44 +211,76 @@ def compact_runs(folder: str | Path, *, raw_commit: str, raw_dir: str | None = N
     ValueError
         A record is not in ``raw_commit`` as it is now (nothing is written then).
     """
-    folder = Path(folder).resolve()
-    repo = Path(
-        subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"], cwd=folder, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    )
-    rel = folder.relative_to(repo).as_posix()
-    raw_dir = (raw_dir or rel).rstrip("/")
-    # the full hash, whatever abbreviation was given: a short one can become ambiguous as the history grows
-    raw_commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{raw_commit}^{{commit}}"], cwd=repo, capture_output=True, text=True,
-        check=True,
-    ).stdout.strip()
-    blobs = _git_blobs(raw_commit, raw_dir, repo)
-    todo = []
-    skipped = 0
-    for runs in sorted(p for p in folder.rglob("runs") if p.is_dir()):
-        for path in run_files(runs):
-            data = path.read_bytes()
-            saved = json.loads(read_text(path))
-            if is_compact(saved):
-                skipped += 1
-                continue
-            raw_path = f"{raw_dir}/{path.relative_to(folder).as_posix()}"
-            blob = _blob_id(data)
-            if blobs.get(raw_path) != blob:
-                raise ValueError(
-                    f"{path}: not in commit {raw_commit[:12]} as it is now (looked for {raw_path}); "
-                    "its full record would be lost"
-                )
-            todo.append((path, compact_record(saved, {"commit": raw_commit, "path": raw_path, "blob": blob})))
+    _, records = _verified(folder, raw_commit, raw_dir)
+    todo = [(path, compact_record(saved, raw)) for path, saved, raw in records if raw is not None]
     for path, record in todo:
         text = json.dumps(record).encode()
         target = path if path.suffix == ".gz" else path.with_name(path.name + ".gz")
         target.write_bytes(gzip.compress(text, compresslevel=9, mtime=0))
         if target != path:
             path.unlink()
-    return len(todo), skipped
+    return len(todo), len(records) - len(todo)
+
+
+ACCURACY_FILE = "runs.accuracy.json.gz"
+
+
+def pack_accuracy(folder: str | Path, *, raw_commit: str, raw_dir: str | None = None) -> tuple[Path, int]:
+    """One file for a comparison's runs when only their accuracy curves are read (a verdict check's table).
+
+    Writes ``folder/runs.accuracy.json.gz``: per run, the record's key and provenance (every field but the
+    history and the selector's state), its history's config and model size, every round's test accuracy as
+    recorded (so rounds to a target are what the full record gives), and ``raw``: the commit, path and blob
+    of the full record in git. :func:`load_accuracy` reads it back as histories. The caller then removes
+    ``runs/`` (``git show <raw.commit>:<raw.path>`` gives each record back).
+
+    Returns the file and the number of runs; raises ValueError when a run is not in ``raw_commit`` as it is
+    now, or is a compact record (its raw entry is then elsewhere: pack from the full records).
+    """
+    folder, records = _verified(folder, raw_commit, raw_dir)
+    runs = []
+    for path, saved, raw in records:
+        if raw is None:
+            raise ValueError(f"{path}: a compact record; pack the full records")
+        history = saved.get("history") or {"rounds": []}
+        entry = {k: v for k, v in saved.items() if k not in ("history", "selector_state")}
+        entry["history_config"] = history.get("config", {})
+        entry["model_size"] = history.get("model_size", 0)
+        entry["accuracy"] = [r.get("test_accuracy") for r in history["rounds"]]
+        entry["raw"] = raw
+        runs.append(entry)
+    out = folder / ACCURACY_FILE
+    text = json.dumps({"format": COMPACT_FORMAT, "runs": runs}).encode()
+    out.write_bytes(gzip.compress(text, compresslevel=9, mtime=0))
+    return out, len(runs)
+
+
+def load_accuracy(
+    path: str | Path, target: float, labels: list[str] | None = None
+) -> tuple[Any, list[dict[str, Any]]]:
+    """The runs of a :func:`pack_accuracy` file as :func:`fedselect.compare.load_comparison` gives a folder's:
+    a :class:`~fedselect.compare.Comparison` (each round with its test accuracy only; failed runs in its
+    ``failed``) and every run's entry (provenance, ``status``, ``raw``)."""
+    from fedselect.compare import Comparison
+    from fedselect.experiments.results import failure_of
+    from fedselect.simulation.history import History
+
+    data = json.loads(read_text(path))
+    found: dict[str, dict[int, Any]] = {}
+    failed: dict[str, dict[int, Any]] = {}
+    n_clients = 0
+    for run in data["runs"]:
+        if run["status"] == "failed":
+            failed.setdefault(run["label"], {})[int(run["seed"])] = failure_of(run)
+            continue
+        rounds = [{"round": i, "clients": [], "test_accuracy": a} for i, a in enumerate(run["accuracy"])]
+        h = History.from_dict({"rounds": rounds, "model_size": run["model_size"], "config": run["history_config"]})
+        found.setdefault(run["label"], {})[int(run["seed"])] = h
+        n_clients = max(n_clients, int(h.config.get("n_clients", 0) or 0))
+    order = list(labels) if labels is not None else sorted(set(found) | set(failed))
+    histories = {label: found.get(label, {}) for label in order}
+    failed = {label: failed[label] for label in order if label in failed}
+    return Comparison(histories, float(target), n_clients, failed=failed), data["runs"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folder", type=Path, help="a comparison folder, or a folder of them")
     ap.add_argument("--raw-commit", required=True, help="a commit that holds every full record as it is now")
     ap.add_argument("--raw-dir", default=None, help="the folder's path in that commit (default: its path now)")
+    ap.add_argument("--accuracy-only", action="store_true",
+                    help=f"write one {ACCURACY_FILE} per comparison folder instead (pack_accuracy); runs/ stays")
     args = ap.parse_args(argv)
+    if args.accuracy_only:
+        out, n = pack_accuracy(args.folder, raw_commit=args.raw_commit, raw_dir=args.raw_dir)
+        print(f"{out}: {n} run(s); remove {args.folder}/runs once it is committed")
+        return 0
     done, skipped = compact_runs(args.folder, raw_commit=args.raw_commit, raw_dir=args.raw_dir)
     print(f"{args.folder}: {done} run(s) compacted, {skipped} compact already")
     return 0

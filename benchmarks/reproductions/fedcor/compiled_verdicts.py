@@ -4,7 +4,9 @@ Issue 23's condition for a faster engine path that rounds differently: one full 
 verdicts (the paired tables agree) on the new path as on the eager reference. The eager table is
 ``fedcor-fmnist-<setting>`` (``fedselect reproduce fedcor-fmnist-<setting>``, the report's runs); the compiled one is
 ``compiled/fedcor-fmnist-<setting>``: the same preset's four paper rows (Random, AFL, Pow-d, FedCor) with
-``--engine compiled --batch-seeds``. A verdict is what the report's first lines say (``_holds.what_holds``): FedCor
+``--engine compiled --batch-seeds``, its runs packed to their accuracy curves once committed
+(``python -m benchmarks.reproductions._records <folder> --accuracy-only --raw-commit <commit>``).
+A verdict is what the report's first lines say (``_holds.what_holds``): FedCor
 against each baseline, paired by seed, Wilcoxon, Holm over the setting's three comparisons, a miss counted as the
 cap plus one; "faster" or "slower" where p_Holm < 0.05, else "level". Writes ``compiled/VERDICTS.md``.
 
@@ -20,6 +22,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.reproductions._holds import ALPHA
+from benchmarks.reproductions._records import ACCURACY_FILE, load_accuracy
 from benchmarks.reproductions.fedcor.fedcor_report import PAPER_METHODS, ROOT, SETTINGS, _only
 from fedselect.compare import holm, load_comparison
 from fedselect.presets import get_preset
@@ -58,12 +61,15 @@ def main(argv: list[str] | None = None) -> list[str]:
     done = []
     for setting in SETTINGS:
         name = f"fedcor-fmnist-{setting}"
-        if not (compiled_root / name / "runs").exists():
+        if not (compiled_root / name / "runs").exists() and not (compiled_root / name / ACCURACY_FILE).exists():
             continue
         preset = get_preset(name)
         comps, info = {}, {}
         for path, folder in (("eager", ROOT / name), ("compiled", compiled_root / name)):
-            comp, cells = load_comparison(folder, preset.target, labels=list(PAPER_METHODS), paper=preset.paper)
+            if (folder / ACCURACY_FILE).exists():  # the runs packed to their accuracy curves (_records.py)
+                comp, cells = load_accuracy(folder / ACCURACY_FILE, preset.target, labels=list(PAPER_METHODS))
+            else:
+                comp, cells = load_comparison(folder, preset.target, labels=list(PAPER_METHODS), paper=preset.paper)
             comps[path] = _only(comp, [m for m in PAPER_METHODS if comp.histories.get(m)])
             runs = [h for label in PAPER_METHODS for h in comps[path].histories.get(label, {}).values()]
             engines = sorted({str((h.config or {}).get("trainer", {}).get("engine", "eager")) for h in runs})
