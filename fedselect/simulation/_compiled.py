@@ -142,10 +142,13 @@ class CompiledChainStep:
     ``static=True``: compiled for the sizes it is called with (every step of a round has the same), and with
     ``cuda_graphs`` run as a CUDA graph (``mode="reduce-overhead"``).
 
-    Dynamo keeps at most ``recompile_limit`` (8) graphs per code object, and a process may build engines
-    of many chains; each chain therefore compiles its own copy of the function's code (:meth:`for_plan`
-    shares it between the engines of one chain and kind of step), so only its own flag combinations (fused
-    update, sample losses: four) and size-1 specialisations count against the limit.
+    Dynamo keeps at most ``recompile_limit`` (8) graphs per code object (with ``fullgraph=True`` the ninth
+    raises ``FailOnRecompileLimitHit``), and a process may build engines of many chains; each chain therefore
+    compiles its own copy of the function's code (:meth:`for_plan` shares it between the engines of one chain
+    and kind of step), so only its own flag combinations (fused update, sample losses: four) and size-1
+    specialisations count against the limit. A static step is compiled for fixed sizes, and a process meets
+    many (clients per round, runs batched together, minibatch width, data size): each set of sizes and flags
+    gets a code object of its own, so none of them reaches the limit.
     """
 
     def __init__(self, plan: tuple[tuple[str, Any], ...], *, static: bool = False, cuda_graphs: bool = False) -> None:
@@ -154,13 +157,9 @@ class CompiledChainStep:
         self.plan = plan
         self.static = static
         self.cuda_graphs = cuda_graphs
-        code = _chain_step.__code__.replace()  # a code object of its own: its own cache of compiled graphs
-        fn = types.FunctionType(code, _chain_step.__globals__, _chain_step.__name__, _chain_step.__defaults__)
-        if static:
-            mode = "reduce-overhead" if cuda_graphs else None
-            self.fn = torch.compile(fn, dynamic=False, fullgraph=True, mode=mode)
-        else:
-            self.fn = torch.compile(fn, dynamic=True, fullgraph=True)
+        self._static_fns: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        if not static:
+            self.fn = torch.compile(_own_copy(), dynamic=True, fullgraph=True)
 
     @classmethod
     def for_plan(
@@ -182,7 +181,16 @@ class CompiledChainStep:
                 # a CUDA graph's outputs live in its memory pool and the next replay overwrites them: the caller
                 # has used the last step's (copied the parameters, added the losses) before it asks for a step
                 torch.compiler.cudagraph_mark_step_begin()
-            return self.fn(self.plan, *args, **kwargs)
+            # the sizes and flags its graph is specialised on (the rest follows from them and the plan): the data,
+            # the (N, B) minibatch mask, the weight decay and the flags
+            X, mask = args[1], args[4]
+            key = (X.shape, X.device, mask.shape, args[9:], tuple(kwargs.items()))
+            fn = self._static_fns.get(key)
+            if fn is None:
+                mode = "reduce-overhead" if self.cuda_graphs else None
+                fn = torch.compile(_own_copy(), dynamic=False, fullgraph=True, mode=mode)
+                self._static_fns[key] = fn
+            return fn(self.plan, *args, **kwargs)
         # no duck sizing: two sizes equal at the first call (k = N clients) would be traced as one and the
         # first step with k < N would compile again
         with torch.fx.experimental._config.patch(use_duck_shape=False):
@@ -190,6 +198,12 @@ class CompiledChainStep:
 
 
 _STEPS: dict[tuple[tuple[tuple[str, Any], ...], bool, bool], CompiledChainStep] = {}
+
+
+def _own_copy() -> Callable[..., Any]:
+    """:func:`_chain_step` with a code object of its own: its own cache of compiled graphs."""
+    code = _chain_step.__code__.replace()
+    return types.FunctionType(code, _chain_step.__globals__, _chain_step.__name__, _chain_step.__defaults__)
 
 
 def sgd_chain(

@@ -179,6 +179,18 @@ def test_static_steps_compile_once_for_a_rounds_shapes(mlp_dropout_static, mlp_d
     assert counters["stats"]["unique_graphs"] == before
 
 
+def test_static_steps_compile_each_size_apart(mlp_dropout_static, mlp_dropout):
+    """A process trains static steps of many sizes (clients per round, runs batched together, minibatch width):
+    each size has a code object of its own, so dynamo's limit of graphs per code object (8; with fullgraph=True
+    the next one raises FailOnRecompileLimitHit) is never reached. A limit of 1 here stands for the 8."""
+    static, parts = mlp_dropout_static, mlp_dropout[2]
+    theta = static.initial_parameters()
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for clients in ([0, 1, 2, 3, 4], [0, 1, 2], [0, 1, 2, 3]):
+            batches = static.client_batches(parts, LocalSchedule(16, steps=2), 0, 0, clients)
+            assert static.train(theta, batches, lr=0.1).shape[0] == len(clients)
+
+
 def test_static_steps_are_an_option_of_the_compiled_path(logistic):
     X, y, parts = _data()
     with pytest.raises(ValueError, match="static_steps is an option of path='compiled'"):
