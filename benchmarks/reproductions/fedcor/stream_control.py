@@ -1,0 +1,40 @@
+"""A control for the compiled path's verdict check: the eager path with another dropout stream.
+
+The compiled path differs from the eager one in two ways: float rounding and the dropout masks (drawn as
+``torch.rand < 1 - p`` instead of ``bernoulli_``). Loaded as a plugin (``--plugin``), this file makes the *eager*
+path draw its dropout masks from other seeds (the trainer's per-round dropout seed with another tag; the data, the
+partition, the initial model, the minibatches and the selectors' streams are untouched), so its runs differ from
+the stored eager table's only by the dropout stream. If the eager table's verdicts also change under this control,
+a verdict that changes on the compiled path says nothing about the compiled path: the table's verdicts are not
+stable under a change of dropout stream at 10 seeds.
+
+Usage (the runs go to a folder of their own; their settings keys are the eager runs', so never into the
+eager table's folder)::
+
+    fedselect reproduce fedcor-fmnist-dir --plugin benchmarks/reproductions/fedcor/stream_control.py \\
+        --batch-seeds --threads 1 --selectors ... --out benchmarks/reproductions/fedcor/compiled/control-dir
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import fedselect
+from fedselect.simulation.trainer import FederatedTrainer
+
+STREAM_TAG = 1000  # added to the trainer's tag (0 main, 1 trial, 2 other): seeds no eager run draws
+
+
+def _other_dropout_seed(self: FederatedTrainer, round: int, purpose: str) -> int:
+    tag = {"main": 0, "trial": 1}.get(purpose, 2) + STREAM_TAG
+    return int(np.random.SeedSequence([int(self._seeds[0]), round, tag]).generate_state(1)[0])
+
+
+FederatedTrainer._dropout_seed = _other_dropout_seed  # type: ignore[method-assign]
+
+
+@fedselect.hookimpl
+def register_selectors(register: Any) -> None:
+    """Registers nothing: the plugin mechanism loads files that implement a hook, and this one changes a stream."""
