@@ -25,6 +25,7 @@ from benchmarks.reproductions._holds import ALPHA
 from benchmarks.reproductions._records import ACCURACY_FILE, load_accuracy
 from benchmarks.reproductions.fedcor.fedcor_report import PAPER_METHODS, ROOT, SETTINGS, _only
 from fedselect.compare import holm, load_comparison
+from fedselect.experiments.stats import paired_summary
 from fedselect.presets import get_preset
 
 
@@ -51,77 +52,124 @@ def _rounds(comp, label: str, target: float) -> str:
     return text if len(reached) == len(vals) else f"{text} ({len(reached)}/{len(vals)} reached)"
 
 
+def _load(folder: Path, preset) -> tuple[object, list[dict]]:
+    if (folder / ACCURACY_FILE).exists():  # the runs packed to their accuracy curves (_records.py)
+        return load_accuracy(folder / ACCURACY_FILE, preset.target, labels=list(PAPER_METHODS))
+    return load_comparison(folder, preset.target, labels=list(PAPER_METHODS), paper=preset.paper)
+
+
+def _has_runs(folder: Path) -> bool:
+    return (folder / "runs").exists() or (folder / ACCURACY_FILE).exists()
+
+
+def _cell(row: dict) -> str:
+    return f"{_verdict(row)} ({row['mean']:+.1f}, p_Holm {row['p_holm']:.3f})"
+
+
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compiled", default=str(ROOT / "compiled"), help="the compiled runs' folder")
     args = parser.parse_args(argv)
     compiled_root = Path(args.compiled)
-    rows, rounds, provenance = [], [], []
-    agree = total = 0
+    rows, rounds, provenance, shifts = [], [], [], []
+    agree = {"compiled": [0, 0], "control": [0, 0]}
     done = []
     for setting in SETTINGS:
         name = f"fedcor-fmnist-{setting}"
-        if not (compiled_root / name / "runs").exists() and not (compiled_root / name / ACCURACY_FILE).exists():
+        control = compiled_root / f"control-{setting}"
+        folders = {"eager": ROOT / name, "compiled": compiled_root / name, "control": control}
+        if not _has_runs(folders["compiled"]):
             continue
         preset = get_preset(name)
+        cap = preset.trainer["rounds"]
         comps, info = {}, {}
-        for path, folder in (("eager", ROOT / name), ("compiled", compiled_root / name)):
-            if (folder / ACCURACY_FILE).exists():  # the runs packed to their accuracy curves (_records.py)
-                comp, cells = load_accuracy(folder / ACCURACY_FILE, preset.target, labels=list(PAPER_METHODS))
-            else:
-                comp, cells = load_comparison(folder, preset.target, labels=list(PAPER_METHODS), paper=preset.paper)
+        for path, folder in folders.items():
+            if not _has_runs(folder):
+                continue
+            comp, cells = _load(folder, preset)
             comps[path] = _only(comp, [m for m in PAPER_METHODS if comp.histories.get(m)])
             runs = [h for label in PAPER_METHODS for h in comps[path].histories.get(label, {}).values()]
             engines = sorted({str((h.config or {}).get("trainer", {}).get("engine", "eager")) for h in runs})
             commits = sorted({str(c.get("commit", "?"))[:12] for c in cells if c.get("label") in PAPER_METHODS})
             info[path] = f"{len(runs)} runs, engine {', '.join(engines)}, commit {', '.join(commits)}"
-        if set(comps["compiled"].histories) != set(PAPER_METHODS):
-            continue  # a setting whose four rows have not all finished on the compiled path
+        comps = {p: c for p, c in comps.items() if set(c.histories) == set(PAPER_METHODS)}  # all four rows done
+        if "compiled" not in comps:
+            continue
         done.append(setting.upper())
-        provenance.append(f"- {setting.upper()}: eager {info['eager']}; compiled {info['compiled']}.")
+        provenance.append(f"- {setting.upper()}: " + "; ".join(f"{p} {info[p]}" for p in comps) + ".")
         fams = {p: _family(c) for p, c in comps.items()}
         for base, e in fams["eager"].items():
-            c = fams["compiled"].get(base)
-            if c is None:
-                continue
-            same = _verdict(e) == _verdict(c)
-            agree += same
-            total += 1
-            rows.append(
-                f"| {setting.upper()} | {base} | {_verdict(e)} ({e['mean']:+.1f}, p_Holm {e['p_holm']:.3f}) | "
-                f"{_verdict(c)} ({c['mean']:+.1f}, p_Holm {c['p_holm']:.3f}) | {'yes' if same else '**no**'} |"
-            )
+            cells_ = [_cell(e)]
+            for path in ("compiled", "control"):
+                c = fams.get(path, {}).get(base)
+                if c is None:
+                    cells_ += ["-", "-"]
+                    continue
+                same = _verdict(e) == _verdict(c)
+                agree[path][0] += same
+                agree[path][1] += 1
+                cells_ += [_cell(c), "yes" if same else "**no**"]
+            rows.append(f"| {setting.upper()} | {base} | " + " | ".join(cells_) + " |")
         rounds += [
-            f"| {setting.upper()} ({preset.target:.0%}) | {label} | {_rounds(comps['eager'], label, preset.target)} | "
-            f"{_rounds(comps['compiled'], label, preset.target)} |"
+            f"| {setting.upper()} ({preset.target:.0%}) | {label} | "
+            + " | ".join(_rounds(comps[p], label, preset.target) if p in comps else "-"
+                         for p in ("eager", "compiled", "control")) + " |"
             for label in PAPER_METHODS
         ]
+        # does the path move a scheme's rounds? compiled - eager on the same seed (same partition and start)
+        for label in PAPER_METHODS:
+            e_runs, c_runs = comps["eager"].histories[label], comps["compiled"].histories[label]
+            seeds = sorted(set(e_runs) & set(c_runs))
+            diffs = [_rounds_or_cap(c_runs[s], preset.target, cap) - _rounds_or_cap(e_runs[s], preset.target, cap)
+                     for s in seeds]
+            shifts.append((setting.upper(), label, paired_summary(diffs)))
+    for row, p in zip(shifts, holm([s["p"] for _, _, s in shifts])):
+        row[2]["p_holm"] = p
     cap = get_preset("fedcor-fmnist-2spc").trainer["rounds"]
+    comp_ok, comp_n = agree["compiled"]
+    ctrl_ok, ctrl_n = agree["control"]
+    significant = [f"{st} {label}" for st, label, s in shifts if s["p_holm"] < ALPHA]
     lines = [
         "# FedCor's FMNIST Table 1: compiled engine path against the eager reference",
         "",
-        f"- **Verdicts: {agree} of {total} agree** ({', '.join(done) or 'no setting'} finished on the compiled path)"
-        + (" - the compiled path gives the eager table's verdicts." if total and agree == total else
-           " - the compiled path does not give every verdict of the eager table (rows marked **no**)."),
+        f"- **Verdicts: {comp_ok} of {comp_n} agree** ({', '.join(done) or 'no setting'} finished on the compiled "
+        "path)" + (" - the compiled path gives the eager table's verdicts." if comp_n and comp_ok == comp_n else
+                   " - the compiled path does not give every verdict of the eager table (rows marked **no**)."),
+        (f"- **Control, the eager path with another dropout stream: {ctrl_ok} of {ctrl_n} agree** with the stored "
+         "eager table (benchmarks/reproductions/fedcor/stream_control.py: the same runs but for the dropout masks' "
+         "seeds)." if ctrl_n else "- Control (the eager path with another dropout stream): not run."),
+        f"- **Does the path move a scheme's rounds?** Compiled − eager rounds to the target, paired by seed, "
+        f"Holm over {len(shifts)} schemes x settings: "
+        + (f"significant for {', '.join(significant)}." if significant else "significant for none (table below)."),
         *provenance,
         "- One machine (AMD EPYC, 2 cores). The compiled runs: `fedselect reproduce fedcor-fmnist-<setting> "
         "--engine compiled --batch-seeds --threads 1 --selectors Random=random AFL=afl Pow-d=power-of-choice:d=<2C> "
         "FedCor=fedcor:warmup_rounds=15,gp_interval=10,beta=0.95,theta=0.9 --paired FedCor` (the preset's four "
-        "paper rows with its parameters; the records keep the exact command).",
+        "paper rows with its parameters); the control: the same without `--engine compiled`, with `--plugin "
+        "benchmarks/reproductions/fedcor/stream_control.py`; the records keep the exact commands.",
         "",
         "Generated by `python -m benchmarks.reproductions.fedcor.compiled_verdicts`. A verdict is the report's: "
         "FedCor against each baseline paired by seed (Wilcoxon), Holm over the setting's three comparisons, a miss "
         f"counted as {cap + 1} rounds; faster / slower where p_Holm < {ALPHA}, else level. In brackets: baseline − "
         "FedCor, mean rounds over the seeds.",
         "",
-        "| setting | baseline | eager | compiled | same verdict |",
-        "|---|---|---|---|---|",
+        "| setting | baseline | eager | compiled | same verdict | eager, other dropout stream | same verdict |",
+        "|---|---|---|---|---|---|---|",
         *rows,
+        "",
+        "## Compiled − eager rounds to the target, per scheme (paired by seed)",
+        "",
+        f"A miss counts as {cap + 1} rounds; p: two-sided Wilcoxon; p_Holm over the {len(shifts)} rows.",
+        "",
+        "| setting | scheme | mean ± std | median | p | p_Holm |",
+        "|---|---|---|---|---|---|",
+        *(f"| {st} | {label} | {s['mean']:+.1f} ± {s['std']:.1f} | {s['median']:+.1f} | {s['p']:.3f} | "
+          f"{s['p_holm']:.3f} |" for st, label, s in shifts),
         "",
         "## Rounds to the target (mean ± std over the seeds that reached it)",
         "",
-        "| setting | scheme | eager | compiled |",
-        "|---|---|---|---|",
+        "| setting | scheme | eager | compiled | eager, other dropout stream |",
+        "|---|---|---|---|---|",
         *rounds,
         "",
     ]
@@ -129,6 +177,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     out.write_text("\n".join(lines))
     print("\n".join(lines))
     return lines
+
+
+def _rounds_or_cap(history, target: float, cap: int) -> int:
+    r = history.rounds_to_accuracy(target)
+    return cap + 1 if r is None else r
 
 
 if __name__ == "__main__":
