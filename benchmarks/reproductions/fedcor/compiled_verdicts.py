@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         "path)" + (" - the compiled path gives the eager table's verdicts." if comp_n and comp_ok == comp_n else
                    " - the compiled path does not give every verdict of the eager table (rows marked **no**)."),
         (f"- **Control, the eager path with another dropout stream: {ctrl_ok} of {ctrl_n} agree** with the stored "
-         "eager table (benchmarks/reproductions/fedcor/stream_control.py: the same runs but for the dropout masks' "
-         "seeds)." if ctrl_n else "- Control (the eager path with another dropout stream): not run."),
+         "eager table (benchmarks/reproductions/fedcor/stream_control.py: the eager path, seeds batched as the "
+         "compiled runs were, dropout masks from other seeds; no compilation)." if ctrl_n else
+         "- Control (the eager path with another dropout stream): not run."),
         f"- **Does the path move a scheme's rounds?** Compiled − eager rounds to the target, paired by seed, "
         f"Holm over {len(shifts)} schemes x settings: "
         + (f"significant for {', '.join(significant)}." if significant else "significant for none (table below)."),

@@ -1,12 +1,14 @@
 """A control for the compiled path's verdict check: the eager path with another dropout stream.
 
-The compiled path differs from the eager one in two ways: float rounding and the dropout masks (drawn as
-``torch.rand < 1 - p`` instead of ``bernoulli_``). Loaded as a plugin (``--plugin``), this file makes the *eager*
-path draw its dropout masks from other seeds (the trainer's per-round dropout seed with another tag; the data, the
-partition, the initial model, the minibatches and the selectors' streams are untouched), so its runs differ from
-the stored eager table's only by the dropout stream. If the eager table's verdicts also change under this control,
-a verdict that changes on the compiled path says nothing about the compiled path: the table's verdicts are not
-stable under a change of dropout stream at 10 seeds.
+The compiled runs differ from the stored eager table's in three ways: float rounding (inductor's kernels), the
+dropout masks (drawn as ``torch.rand < 1 - p`` instead of ``bernoulli_``) and, run with ``--batch-seeds``, the
+summation order of batched evaluation (the stored eager runs ran one at a time). Loaded as a plugin (``--plugin``),
+this file makes the *eager* path draw its dropout masks from other seeds (the trainer's per-round dropout seed with
+another tag; the data, the partition, the initial model, the minibatches and the selectors' streams are
+untouched); run with ``--batch-seeds`` too, its runs then differ from the stored eager ones in the dropout stream
+and the batched rounding, not in compilation. If the eager table's verdicts also change under this control, a
+verdict that changes on the compiled path says nothing about compilation: the table's verdicts are not stable
+under another dropout stream and rounding at 10 seeds.
 
 Usage (the runs go to a folder of their own; their settings keys are the eager runs', so never into the
 eager table's folder)::
