@@ -18,6 +18,39 @@ from fedselect.compare import holm
 ALPHA = 0.05
 
 
+# -- the same table on two engine paths (compiled_verdicts.py of FedCor and HCSFed) ---------------------------------
+def verdict(row: Mapping[str, Any], alpha: float = ALPHA) -> str:
+    """A paired row's verdict: "faster" / "slower" (the reference) where p_Holm < alpha, else "level" (a nan
+    p-value, too few seeds to test, is no verdict either way)."""
+    if not row["p_holm"] < alpha:
+        return "level"
+    return "faster" if row["mean"] > 0 else "slower"
+
+
+def rounds_text(comp: Any, label: str, target: float) -> str:
+    """Mean ± std rounds to ``target`` over the seeds of ``label`` that reached it, with how many did."""
+    import statistics
+
+    vals = [h.rounds_to_accuracy(target) for h in comp.histories[label].values()]
+    reached = [v for v in vals if v is not None]
+    if not reached:
+        return f"none of {len(vals)} reached"
+    text = f"{statistics.fmean(reached):.1f} ± {statistics.pstdev(reached):.1f}"
+    return text if len(reached) == len(vals) else f"{text} ({len(reached)}/{len(vals)} reached)"
+
+
+def path_shift(reference: Mapping[int, Any], other: Mapping[int, Any], target: float, cap: int) -> dict[str, Any]:
+    """``other`` - ``reference`` rounds to ``target`` over their common seeds (a miss counts as ``cap + 1``):
+    :func:`fedselect.experiments.stats.paired_summary` of the differences (``p`` not yet Holm-adjusted)."""
+    from fedselect.experiments.stats import paired_summary
+
+    def rounds(h: Any) -> int:
+        r = h.rounds_to_accuracy(target)
+        return cap + 1 if r is None else r
+
+    return paired_summary([rounds(other[s]) - rounds(reference[s]) for s in sorted(set(reference) & set(other))])
+
+
 def _fmt_p(p: float) -> str:
     return "n/a" if p != p else f"{p:.3f}"
 

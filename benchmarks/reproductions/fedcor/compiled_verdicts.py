@@ -18,21 +18,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 
-from benchmarks.reproductions._holds import ALPHA
+from benchmarks.reproductions._holds import ALPHA, path_shift, rounds_text, verdict
 from benchmarks.reproductions._records import ACCURACY_FILE, load_accuracy
 from benchmarks.reproductions.fedcor.fedcor_report import PAPER_METHODS, ROOT, SETTINGS, _only
 from fedselect.compare import holm, load_comparison
-from fedselect.experiments.stats import paired_summary
 from fedselect.presets import get_preset
-
-
-def _verdict(row: dict) -> str:
-    if not row["p_holm"] < ALPHA:  # a p-value of nan (too few seeds to test) is no verdict either way
-        return "level"
-    return "faster" if row["mean"] > 0 else "slower"
 
 
 def _family(comp) -> dict[str, dict]:
@@ -41,15 +33,6 @@ def _family(comp) -> dict[str, dict]:
     for r, p in zip(rows, holm([r["p"] for r in rows])):
         r["p_holm"] = p
     return {r["scheme"]: r for r in rows}
-
-
-def _rounds(comp, label: str, target: float) -> str:
-    vals = [h.rounds_to_accuracy(target) for h in comp.histories[label].values()]
-    reached = [v for v in vals if v is not None]
-    if not reached:
-        return f"none of {len(vals)} reached"
-    text = f"{statistics.fmean(reached):.1f} ± {statistics.pstdev(reached):.1f}"
-    return text if len(reached) == len(vals) else f"{text} ({len(reached)}/{len(vals)} reached)"
 
 
 def _load(folder: Path, preset) -> tuple[object, list[dict]]:
@@ -63,7 +46,7 @@ def _has_runs(folder: Path) -> bool:
 
 
 def _cell(row: dict) -> str:
-    return f"{_verdict(row)} ({row['mean']:+.1f}, p_Holm {row['p_holm']:.3f})"
+    return f"{verdict(row)} ({row['mean']:+.1f}, p_Holm {row['p_holm']:.3f})"
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -105,14 +88,14 @@ def main(argv: list[str] | None = None) -> list[str]:
                 if c is None:
                     cells_ += ["-", "-"]
                     continue
-                same = _verdict(e) == _verdict(c)
+                same = verdict(e) == verdict(c)
                 agree[path][0] += same
                 agree[path][1] += 1
                 cells_ += [_cell(c), "yes" if same else "**no**"]
             rows.append(f"| {setting.upper()} | {base} | " + " | ".join(cells_) + " |")
         rounds += [
             f"| {setting.upper()} ({preset.target:.0%}) | {label} | "
-            + " | ".join(_rounds(comps[p], label, preset.target) if p in comps else "-"
+            + " | ".join(rounds_text(comps[p], label, preset.target) if p in comps else "-"
                          for p in ("eager", "compiled", "control")) + " |"
             for label in PAPER_METHODS
         ]
@@ -124,12 +107,7 @@ def main(argv: list[str] | None = None) -> list[str]:
             for path in ("compiled", "control"):
                 if path not in comps:
                     continue
-                o_runs = comps[path].histories[label]
-                seeds = sorted(set(e_runs) & set(o_runs))
-                row[path] = paired_summary([
-                    _rounds_or_cap(o_runs[s], preset.target, cap) - _rounds_or_cap(e_runs[s], preset.target, cap)
-                    for s in seeds
-                ])
+                row[path] = path_shift(e_runs, comps[path].histories[label], preset.target, cap)
             shifts.append((setting.upper(), label, row))
     for path in ("compiled", "control"):  # Holm within each path's family of rows
         fam = [row[path] for _, _, row in shifts if path in row]
@@ -196,11 +174,6 @@ def main(argv: list[str] | None = None) -> list[str]:
     out.write_text("\n".join(lines))
     print("\n".join(lines))
     return lines
-
-
-def _rounds_or_cap(history, target: float, cap: int) -> int:
-    r = history.rounds_to_accuracy(target)
-    return cap + 1 if r is None else r
 
 
 if __name__ == "__main__":

@@ -15,32 +15,16 @@ Usage::
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
+from benchmarks.reproductions._holds import path_shift, rounds_text, verdict
 from benchmarks.reproductions.hcsfed.hcsfed_report import ALPHA, _relabel, claim_family
 from fedselect.compare import holm, load_comparison
-from fedselect.experiments.stats import paired_summary
 from fedselect.presets import get_preset
 
 HERE = Path(__file__).resolve().parent
 PRESET = "hcsfed-fmnist-q0.1-recalibrated"
 PATHS = {"eager": HERE / "table" / "q0.1", "compiled": HERE / "compiled" / "q0.1"}
-
-
-def _verdict(row: dict) -> str:
-    if not row["p_holm"] < ALPHA:  # a p-value of nan (too few seeds to test) is no verdict either way
-        return "level"
-    return "faster" if row["mean"] > 0 else "slower"
-
-
-def _rounds(comp, label: str) -> str:
-    vals = [h.rounds_to_accuracy(comp.target) for h in comp.histories[label].values()]
-    reached = [v for v in vals if v is not None]
-    if not reached:
-        return f"none of {len(vals)} reached"
-    text = f"{statistics.fmean(reached):.1f} ± {statistics.pstdev(reached):.1f}"
-    return text if len(reached) == len(vals) else f"{text} ({len(reached)}/{len(vals)} reached)"
 
 
 def main() -> list[str]:
@@ -64,23 +48,21 @@ def main() -> list[str]:
             e, c = fams["eager"][base], fams["compiled"].get(base)
             if c is None:
                 continue
-            same = _verdict(e) == _verdict(c)
+            same = verdict(e) == verdict(c)
             agree += same
             total += 1
             rows.append(
-                f"| {row} | {base} | {_verdict(e)} ({e['mean']:+.1f}, p_Holm {e['p_holm']:.3f}) | "
-                f"{_verdict(c)} ({c['mean']:+.1f}, p_Holm {c['p_holm']:.3f}) | {'yes' if same else '**no**'} |"
+                f"| {row} | {base} | {verdict(e)} ({e['mean']:+.1f}, p_Holm {e['p_holm']:.3f}) | "
+                f"{verdict(c)} ({c['mean']:+.1f}, p_Holm {c['p_holm']:.3f}) | {'yes' if same else '**no**'} |"
             )
     # does the path move a scheme's rounds? compiled - eager on the same seed (same federation and start)
     shifts = []
     for label in labels:
-        e_runs, c_runs = comps["eager"].histories[label], comps["compiled"].histories[label]
-        seeds_both = sorted(set(e_runs) & set(c_runs))
-        diffs = [_or_cap(c_runs[s], comps["eager"].target, cap) - _or_cap(e_runs[s], comps["eager"].target, cap)
-                 for s in seeds_both]
-        shifts.append((label, paired_summary(diffs)))
+        shifts.append((label, path_shift(comps["eager"].histories[label], comps["compiled"].histories[label],
+                                         comps["eager"].target, cap)))
     for (_, summary), p in zip(shifts, holm([s["p"] for _, s in shifts])):
         summary["p_holm"] = p
+    target = comps["eager"].target
     moved = [label for label, s in shifts if s["p_holm"] < ALPHA]
     lines = [
         "# The recalibrated HCSFed q = 0.1 table: compiled engine path against the eager reference",
@@ -117,18 +99,14 @@ def main() -> list[str]:
         "",
         "| scheme | eager | compiled |",
         "|---|---|---|",
-        *(f"| {label} | {_rounds(comps['eager'], label)} | {_rounds(comps['compiled'], label)} |" for label in labels),
+        *(f"| {label} | " + " | ".join(rounds_text(comps[p], label, target) for p in ("eager", "compiled")) + " |"
+          for label in labels),
         "",
     ]
     out = HERE / "compiled" / "VERDICTS.md"
     out.write_text("\n".join(lines))
     print("\n".join(lines))
     return lines
-
-
-def _or_cap(history, target: float, cap: int) -> int:
-    r = history.rounds_to_accuracy(target)
-    return cap + 1 if r is None else r
 
 
 if __name__ == "__main__":
