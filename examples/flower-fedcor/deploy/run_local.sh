@@ -79,7 +79,8 @@ trap 'exit 130' INT TERM
 fail() {
     echo "run_local.sh: $*" >&2
     local f
-    for f in "$WORK/run.log" "$WORK/superlink.log" "$WORK/supernode-0.log" "$WORK/superexec-0.log"; do
+    for f in "$WORK/run.log" "$WORK/superlink.log" "$WORK/supernode-0.log" "$WORK/superexec-0.log" \
+        "$WORK/rogue-nokey.log" "$WORK/rogue-unregistered.log"; do
         [[ -s "$f" ]] && { echo "---- $f (last 40 lines)"; tail -40 "$f"; } >&2
     done
     exit 1
@@ -154,28 +155,57 @@ if [[ "$ROGUE_CHECK" == 1 ]]; then
     rm -f "$WORK/rogue/unregistered" "$WORK/rogue/unregistered.pub"
     bash "$DEPLOY/generate_credentials.sh" 1 "$WORK/rogue" >/dev/null
     mv "$WORK/rogue/supernode-0" "$WORK/rogue/unregistered" && mv "$WORK/rogue/supernode-0.pub" "$WORK/rogue/unregistered.pub"
-    rogue_pids=()
-    for who in nokey unregistered; do
-        key=()
+    # Each is started on a port that is free when chosen; another process may take it before the
+    # SuperNode binds it (it then exits 1 with "address already in use", refused by no one), so a
+    # rogue that lost its port is started again on a new one, up to three times.
+    declare -A rogue_pid=()
+    start_rogue() {
+        local who=$1 port key=()
         [[ $who == unregistered ]] && key=(--auth-supernode-private-key "$WORK/rogue/unregistered")
-        port=$(python -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+        port=$(python - "$LINK_PORT" "$NODE_PORT" "$NODES" <<'PY'
+import socket, sys
+link, base, n = (int(a) for a in sys.argv[1:])
+taken = {link, *range(base, base + n)}
+while True:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    if port not in taken:
+        print(port)
+        break
+PY
+        )
         flower-supernode --superlink "127.0.0.1:$LINK_PORT" --root-certificates "$CRED/ca.crt" "${key[@]}" \
             --node-config "partition-id=0 num-partitions=$NODES" --host 127.0.0.1 --port "$port" \
             --max-retries 3 >"$WORK/rogue-$who.log" 2>&1 &
-        rogue_pids+=($!)
+        rogue_pid[$who]=$!
         echo $! >>"$WORK/pids"
-    done
+    }
+    wait_rogues() {   # until every rogue has exited, 60 s at most
+        local _ pid alive
+        for _ in $(seq 120); do
+            alive=0
+            for pid in "${rogue_pid[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+            [[ $alive -eq 0 ]] && return 0
+            sleep 0.5
+        done
+    }
+    for who in nokey unregistered; do start_rogue "$who"; done
     # Each must end on its own, refused (it is killed after 60 s otherwise, and the check fails).
-    for _ in $(seq 120); do
-        alive=0
-        for pid in "${rogue_pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-        [[ $alive -eq 0 ]] && break
-        sleep 0.5
+    wait_rogues
+    for attempt in 2 3; do
+        again=0
+        for who in nokey unregistered; do
+            if ! kill -0 "${rogue_pid[$who]}" 2>/dev/null && grep -q "address already in use" "$WORK/rogue-$who.log"; then
+                echo "==> the SuperNode with $who key lost its port to another process; starting it again (attempt $attempt)"
+                start_rogue "$who"
+                again=1
+            fi
+        done
+        [[ $again -eq 1 ]] && wait_rogues || break
     done
-    i=0
     for who in nokey unregistered; do
-        pid=${rogue_pids[$i]}
-        i=$((i + 1))
+        pid=${rogue_pid[$who]}
         if kill -0 "$pid" 2>/dev/null; then
             fail "the SuperNode with $who key is still running after 60 s: it was not refused"
         fi
