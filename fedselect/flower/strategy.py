@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -1457,24 +1458,39 @@ class SelectorStrategy(Strategy):
         ``pull_messages`` right away and after pauses of 5 % of the time elapsed (at least 10 ms,
         at most 1 s), so a reply's seconds are late by at most that pause; Flower's own
         ``send_and_receive`` pauses 3 s between pulls on a deployment. The replies' timestamps,
-        which their nodes set, are never read.
+        which their nodes set, are never read. On a polled grid the server also checks what a
+        SuperLink (and LocalGrid) checks: a reply counts only if it answers a message of this
+        exchange that has no reply yet and comes from the node that message went to (a second
+        reply, or one from another node, is dropped with a warning; a message the grid could not
+        push, a ``None`` id, is not waited for).
         """
         timed = getattr(grid, "timed_send_and_receive", None)
         if callable(timed):
             return [(m, float(s)) for m, s in timed(messages, timeout=timeout)]
         start = time.monotonic()
-        pending = set(grid.push_messages(messages))
+        pushed = [i for i in grid.push_messages(messages) if i is not None]
+        dst: dict[str, int] = {}
+        for m in messages:  # push_messages wrote each message's id into its metadata
+            with contextlib.suppress(Exception):
+                dst[str(m.metadata.message_id)] = int(m.metadata.dst_node_id)
+        pending = set(pushed)
         deadline = start + timeout
         out: list[tuple[Message, float]] = []
         while pending:
             replies = list(grid.pull_messages(list(pending)))
             now = time.monotonic()
             for msg in replies:
-                out.append((msg, now - start))
-                try:  # a reply's metadata is the client's: one that cannot be read is still waited for
-                    pending.discard(msg.metadata.reply_to_message_id)
-                except Exception:
+                try:  # a reply's metadata is the client's: one that cannot be read is dropped
+                    answers, node = msg.metadata.reply_to_message_id, int(msg.metadata.src_node_id)
+                    if answers not in pending or node != dst.get(str(answers), node):
+                        log(WARNING, "fedselect: dropped a reply from node %s that answers %s, not a message of this "
+                            "exchange to that node still waiting for its reply", node, _text(answers))
+                        continue
+                except Exception as exc:
+                    log(WARNING, "fedselect: dropped a reply whose metadata cannot be read (%s)", _why(exc))
                     continue
+                pending.discard(answers)
+                out.append((msg, now - start))
             if not pending or now >= deadline:
                 break
             time.sleep(max(0.0, min(max(_POLL_MIN, _POLL_FRACTION * (now - start)), _POLL_MAX, deadline - now)))

@@ -173,7 +173,7 @@ def _everyone_on(fed, grid, clients, *, timeout, rounds=1):
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowerRoundWarning)
-        strategy.start(grid, clients.initial_arrays(), num_rounds=rounds)
+        strategy.result = strategy.start(grid, clients.initial_arrays(), num_rounds=rounds)  # for the tests
     return strategy
 
 
@@ -280,3 +280,82 @@ def test_a_polled_reply_whose_metadata_raises_only_loses_that_reply(fed8):
     grid = Hostile(clients.client_app(), fed8.n_clients, seed=5)
     rec, fb = _silent_run(fed8, grid, clients, timeout=0.5)
     assert rec.failed == [3] and rec.reported == [0, 1, 2, 4, 5, 6, 7] and fb.timed_out.tolist() == [3]
+
+
+def test_on_a_polled_grid_a_reply_from_another_node_is_dropped_by_the_server(fed8):
+    """A grid that does not check who answered (a deployment's SuperLink does): the server checks it itself.
+    Client 3's train reply arrives labelled as client 5's node while 5 is silent: 5 stays a silent straggler and 3
+    sent nothing acceptable, as on LocalGrid (test_a_reply_from_another_node_is_lost_as_a_superlink_refuses_it)."""
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+
+    class Lax(PolledGrid):
+        def pull_messages(self, message_ids):
+            replies = list(super().pull_messages(message_ids))
+            for reply in replies:
+                if reply.metadata.src_node_id == self.node_of_partition(3) and reply.metadata.message_type == "train":
+                    reply.metadata.__dict__["_src_node_id"] = self.node_of_partition(5)
+            return replies
+
+    grid = Lax(clients.client_app(), fed8.n_clients, seed=5)
+    grid.faults[grid.node_of_partition(5)] = silent
+    rec, fb = _silent_run(fed8, grid, clients, timeout=0.5)
+    assert rec.failed == [3, 5] and fb.timed_out.tolist() == [3, 5]
+
+
+def test_on_a_polled_grid_a_stale_reply_does_not_stand_in_for_a_silent_client(fed8):
+    """Client 3 answers round 1, then falls silent; the grid hands its round-1 reply back again in round 2 (it
+    answers a message of another exchange). The server drops it: 3 fails round 2, timed out, and round 2's model
+    is what it is when the stale reply is never shown."""
+    runs = {}
+    for replay in (False, True):
+        clients = FederationClients(fed8, random_state=0, **TRAIN)
+
+        class Replaying(PolledGrid):
+            stale = None
+
+            def pull_messages(self, message_ids):
+                replies = list(super().pull_messages(message_ids))
+                for reply in replies:
+                    if reply.metadata.src_node_id == self.node_of_partition(3) and (
+                        reply.metadata.message_type == "train" and self.stale is None
+                    ):
+                        self.stale = reply
+                if replay and self.stale is not None and self.stale not in replies:
+                    replies.append(self.stale)
+                return replies
+
+        grid = Replaying(clients.client_app(), fed8.n_clients, seed=5)
+        answered = []
+
+        def once(message, answered=answered):
+            if message.metadata.message_type != "train":
+                return None
+            answered.append(1)
+            return None if len(answered) == 1 else "timeout"
+
+        grid.faults[grid.node_of_partition(3)] = once
+        runs[replay] = _everyone_on(fed8, grid, clients, timeout=0.5, rounds=2)
+    plain, replayed = runs[False], runs[True]
+    assert replayed.rounds_[0].failed == [] and replayed.rounds_[1].failed == [3]
+    assert replayed.selector_.feedbacks_[1].timed_out.tolist() == [3]
+    assert [r.reported for r in replayed.rounds_] == [r.reported for r in plain.rounds_]
+    a, b = (r.result.arrays.to_numpy_ndarrays() for r in (plain, replayed))
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_on_a_polled_grid_a_message_that_could_not_be_pushed_is_not_waited_for(fed8):
+    """Flower's HTTP grid returns None for a message it could not push (order kept): the server does not wait
+    the train timeout for a reply to it; that client fails."""
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+
+    class Refusing(PolledGrid):
+        def push_messages(self, messages):
+            messages = list(messages)
+            refused = [m.metadata.dst_node_id == self.node_of_partition(4) and m.metadata.message_type == "train"
+                       for m in messages]
+            ids = iter(super().push_messages([m for m, r in zip(messages, refused) if not r]))
+            return [None if r else next(ids) for r in refused]
+
+    grid = Refusing(clients.client_app(), fed8.n_clients, seed=5)
+    rec, _ = _silent_run(fed8, grid, clients, timeout=20.0)
+    assert rec.failed == [4] and rec.wall_seconds < 5.0
