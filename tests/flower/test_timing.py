@@ -312,6 +312,7 @@ def test_on_a_polled_grid_a_stale_reply_does_not_stand_in_for_a_silent_client(fe
 
         class Replaying(PolledGrid):
             stale = None
+            replays = replay
 
             def pull_messages(self, message_ids):
                 replies = list(super().pull_messages(message_ids))
@@ -320,7 +321,7 @@ def test_on_a_polled_grid_a_stale_reply_does_not_stand_in_for_a_silent_client(fe
                         reply.metadata.message_type == "train" and self.stale is None
                     ):
                         self.stale = reply
-                if replay and self.stale is not None and self.stale not in replies:
+                if self.replays and self.stale is not None and self.stale not in replies:
                     replies.append(self.stale)
                 return replies
 
