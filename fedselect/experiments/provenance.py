@@ -79,6 +79,7 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         "gp_solver": "gpytorch",
         "warmup_fit_start": 0,
         "anneal_before_fit_start": False,
+        "gp_device": "cpu",  # every run before gp_device fitted the GP on the CPU
     },
     # kmeans_n_init: every run recorded before it was a parameter ran 10 k-means runs per round.
     "fedselect.selectors.hcsfed:HCSFedSelector": {"max_trained": None, "weighting": "inclusion", "kmeans_n_init": 10},

@@ -94,18 +94,31 @@ class LossChangeGP(gpytorch.Module):
         s_n, the fixed observation noise standard deviation (0.01 in the paper's code);
         it keeps Sigma positive definite even when every observed vector is constant.
     generator : torch.Generator
-        Draws the initial embeddings from N(0, 1/d) (the official code's initialisation).
+        A CPU generator; draws the initial embeddings from N(0, 1/d) (the official code's initialisation).
+    device : torch.device, default the CPU
+        Where the embeddings, the fit and its Adam state live (float64 there). The initial embeddings
+        are drawn on the CPU and copied, so every device starts from the same X; what comes back to
+        numpy (:attr:`embeddings`, the fit's objective values) is copied to the host.
     """
 
-    def __init__(self, n_clients: int, rank: int, noise: float, *, generator: torch.Generator) -> None:
+    def __init__(
+        self, n_clients: int, rank: int, noise: float, *, generator: torch.Generator, device: torch.device | None = None
+    ) -> None:
         super().__init__()
         self.n_clients = int(n_clients)
         self.rank = int(rank)
         self.noise = float(noise)
-        root = torch.randn(self.n_clients, self.rank, generator=generator, dtype=DTYPE) / math.sqrt(self.rank)
+        dev = torch.device("cpu") if device is None else torch.device(device)
+        root = torch.randn(self.n_clients, self.rank, generator=generator, dtype=DTYPE, device="cpu")
+        root = (root / math.sqrt(self.rank)).to(dev)
         self.root = torch.nn.Parameter(root)  # row k is client k's embedding x_k, i.e. the root is X^T
-        self.register_buffer("mean", torch.zeros(self.n_clients, dtype=DTYPE))
-        self.register_buffer("noise_diag", torch.full((self.n_clients,), self.noise**2, dtype=DTYPE))
+        self.register_buffer("mean", torch.zeros(self.n_clients, dtype=DTYPE, device=dev))
+        self.register_buffer("noise_diag", torch.full((self.n_clients,), self.noise**2, dtype=DTYPE, device=dev))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the GP's tensors live."""
+        return self.root.device
 
     # -- the model --------------------------------------------------------------------
     def forward(self) -> gpytorch.distributions.MultivariateNormal:
@@ -162,7 +175,7 @@ class LossChangeGP(gpytorch.Module):
         w = observed / self.noise_diag  # (M, N)
         r = torch.where(missing, torch.zeros_like(values), values - self.mean)
         root = self.root  # (N, d)
-        eye = torch.eye(self.rank, dtype=values.dtype)
+        eye = torch.eye(self.rank, dtype=values.dtype, device=values.device)
         A = eye + torch.einsum("nd,mn,ne->mde", root, w, root)  # (M, d, d)
         b = (w * r) @ root  # (M, d)
         chol = torch.linalg.cholesky(A)
@@ -207,21 +220,21 @@ class LossChangeGP(gpytorch.Module):
             ``f() -> (value, gradient)``: minus the objective of Eq. (17) (a 0-d tensor) and
             its gradient with respect to the root ``X^T`` (N x d).
         """
-        values = torch.as_tensor(values, dtype=DTYPE)
-        weights = torch.as_tensor(weights, dtype=DTYPE)
+        values = torch.as_tensor(values, dtype=DTYPE, device=self.device)
+        weights = torch.as_tensor(weights, dtype=DTYPE, device=self.device)
         missing = torch.isnan(values)
         complete = ~missing.any(dim=1)
         s2 = self.noise**2
         d = self.rank
-        eye = torch.eye(d, dtype=DTYPE)
+        eye = torch.eye(d, dtype=DTYPE, device=self.device)
         root = self.root
         with torch.no_grad():
             resid = values[complete] - self.mean  # (Mc, N)
             const = (resid * resid).sum(1) / s2 + self.n_clients * math.log(2 * math.pi * s2)
-            stacked = torch.empty(self.n_clients, d + resid.shape[0], dtype=DTYPE)  # H = [R, r^T]
+            stacked = torch.empty(self.n_clients, d + resid.shape[0], dtype=DTYPE, device=self.device)  # H = [R, r^T]
             stacked[:, d:] = resid.mT
         w = weights[complete]
-        total_w = float(w.sum())
+        total_w = float(w.sum())  # once per fit
         partial = ~complete
         w_partial, v_partial, m_partial = weights[partial], values[partial], missing[partial]
         any_complete, any_partial = bool(complete.any()), bool(partial.any())
@@ -298,8 +311,8 @@ class LossChangeGP(gpytorch.Module):
         if solver not in SOLVERS:
             raise ValueError(f"LossChangeGP.fit: solver={solver!r}; expected one of {list(SOLVERS)}")
         start = time.perf_counter()
-        v = torch.as_tensor(np.asarray(values, dtype=np.float64))
-        w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
+        v = torch.as_tensor(np.asarray(values, dtype=np.float64), device=self.device)
+        w = torch.as_tensor(np.asarray(weights, dtype=np.float64), device=self.device)
         with num_threads(threads_for(self.n_clients)):
             closed = self.closed_form_objective(v, w) if solver == "closed-form" else None
             optimizer = _adam(self.root, lr)
@@ -325,11 +338,11 @@ class LossChangeGP(gpytorch.Module):
     @property
     def embeddings(self) -> np.ndarray:
         """X, shape (d, N), a copy."""
-        return self.root.detach().numpy().T.copy()
+        return self.root.detach().cpu().numpy().T.copy()
 
     def dense_covariance(self) -> np.ndarray:
         """Sigma = X^T X + s_n^2 I as a dense N x N array (for diagnostics at small N only)."""
-        root = self.root.detach().numpy()
+        root = self.root.detach().cpu().numpy()
         cov = root @ root.T
         cov[np.diag_indices_from(cov)] += self.noise**2
         return cov

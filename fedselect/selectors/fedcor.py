@@ -14,6 +14,7 @@ from sklearn.utils import check_random_state
 from .._validation import Interval, StrOptions
 from ..hookspecs import hookimpl
 from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param
+from ..simulation.engine import DEVICE_CONSTRAINTS, device_setting, resolve_device
 from . import _gp
 
 __all__ = ["CODE_2022", "FedCorSelector", "FitRecord", "LossChangeRecord"]
@@ -141,6 +142,9 @@ class FedCorSelector(BaseSelector):
         Anneal the clients chosen uniformly in rounds ``0..s-1``, as the 2022 code does; nothing when s = 0.
     gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
         Eq. (17) through GPyTorch (every recorded result) or written out in torch (faster at large N, not bit-equal).
+    gp_device : str or torch.device, default="cpu"
+        Where the GP's embeddings and fits run (float64): ``"cpu"`` (every recorded result), ``"cuda"``, ``"cuda:N"``,
+        ``"auto"``; not MPS. Another device rounds differently: another run (:ref:`devices`, with where it pays).
     random_state : None, int or numpy RandomState, default=None
         Seeds the warm-up and trial choices and, through a torch Generator, the initial embeddings (N(0, 1/d)).
 
@@ -193,6 +197,7 @@ class FedCorSelector(BaseSelector):
         warmup_fit_start: int = 0,
         anneal_before_fit_start: bool = False,
         gp_solver: str = "gpytorch",
+        gp_device: str | torch.device = "cpu",
         random_state: Any = None,
     ) -> None:
         self.rank = rank
@@ -213,6 +218,7 @@ class FedCorSelector(BaseSelector):
         self.warmup_fit_start = warmup_fit_start
         self.anneal_before_fit_start = anneal_before_fit_start
         self.gp_solver = gp_solver
+        self.gp_device = gp_device
         self.random_state = random_state
 
     # -- parameters -------------------------------------------------------------------
@@ -237,13 +243,32 @@ class FedCorSelector(BaseSelector):
         "warmup_fit_start": [Interval(Integral, 0, None, closed="left")],
         "anneal_before_fit_start": ["boolean"],
         "gp_solver": [StrOptions(_gp.SOLVERS)],
+        "gp_device": DEVICE_CONSTRAINTS,
         "random_state": ["random_state"],
     }
+
+    def identifying_params(self) -> dict[str, Any]:
+        """As :meth:`BaseSelector.identifying_params`, with ``gp_device`` as a run's settings record a device
+        (:func:`~fedselect.simulation.engine.device_setting`): every form of the CPU is the default, left out, and
+        ``"auto"`` is the kind it chose."""
+        params = super().identifying_params()
+        if "gp_device" in params:
+            try:
+                setting = device_setting(params["gp_device"])
+            except (TypeError, ValueError):  # a device this machine lacks: keep the name as given
+                setting = str(params["gp_device"])
+            if setting == "cpu":
+                del params["gp_device"]
+            else:
+                params["gp_device"] = setting
+        return params
 
     def _validate_params(self) -> None:
         super()._validate_params()
         check_param(self, "warmup_fit_start", self.warmup_fit_start, self.warmup_fit_start <= self.warmup_rounds,
                     f"an int in [0, warmup_rounds={self.warmup_rounds}] (a round of the warm-up)")
+        check_param(self, "gp_device", self.gp_device, resolve_device(self.gp_device).type != "mps",
+                    "'cpu', 'cuda', 'cuda:N' or 'auto' (the GP computes in float64, which MPS lacks)")
 
     def _fit(self, pool: ClientPool) -> None:
         n_clients = pool.n_clients
@@ -258,7 +283,9 @@ class FedCorSelector(BaseSelector):
                 stacklevel=3,
             )
         generator = torch.Generator().manual_seed(int(self.rng_.randint(0, 2**31 - 1)))
-        self._gp = _gp.LossChangeGP(n_clients, self.rank_, float(self.noise), generator=generator)
+        self._gp = _gp.LossChangeGP(
+            n_clients, self.rank_, float(self.noise), generator=generator, device=resolve_device(self.gp_device)
+        )
         self.alpha_ = np.ones(n_clients)
         self.history_: list[LossChangeRecord] = []
         self.fit_log_: list[FitRecord] = []
@@ -418,7 +445,7 @@ class FedCorSelector(BaseSelector):
         happens on a few fits of a run, more often with a larger one. The docs page's "GP fits that
         end worse than they started" has the measurements.
         """
-        if not np.isfinite(result.nll) or not np.isfinite(self._gp.root.detach().numpy()).all():
+        if not np.isfinite(result.nll) or not np.isfinite(self._gp.root.detach().cpu().numpy()).all():
             raise FloatingPointError(
                 f"FedCorSelector: the GP fit of round {t} ({kind}) diverged (negative log-likelihood "
                 f"{result.nll}); try a gp_lr below the current {self.gp_lr!r} (the paper's value is 0.01) or check "
