@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result, Strategy
 from flwr.supercore import log
@@ -485,10 +486,19 @@ class FlowerOracle(ClientOracle):
         # Clients sent a train message that sent nothing back, not even an error: the server stopped waiting
         # for them after `waited` seconds, a lower bound on their durations (RoundFeedback.timed_out).
         asked = {int(m.metadata.dst_node_id): st._client_of.get(int(m.metadata.dst_node_id)) for m in messages}
+        # The SuperLink's own error reply for a message (its node offline, the message expired) answers for the
+        # node that message went to: that client failed, with an error, rather than sent nothing back.
+        sent_to = {}
+        for m in messages:
+            with contextlib.suppress(Exception):
+                sent_to[str(m.metadata.message_id)] = int(m.metadata.dst_node_id)
         answered = set()
         for m in replies:
             try:  # a reply's metadata is the client's: anything odd in it only loses this sighting
-                answered.add(int(m.metadata.src_node_id))
+                node = int(m.metadata.src_node_id)
+                if node == SUPERLINK_NODE_ID and m.has_error():
+                    node = sent_to.get(str(m.metadata.reply_to_message_id), node)
+                answered.add(node)
             except Exception:
                 continue
         silent = sorted(k for node, k in asked.items() if k is not None and node not in answered)
@@ -1460,15 +1470,17 @@ class SelectorStrategy(Strategy):
         ``send_and_receive`` pauses 3 s between pulls on a deployment. The replies' timestamps,
         which their nodes set, are never read. On a polled grid the server also checks what a
         SuperLink (and LocalGrid) checks: a reply counts only if it answers a message of this
-        exchange that has no reply yet and comes from the node that message went to (a second
-        reply, or one from another node, is dropped with a warning; a message the grid could not
-        push, a ``None`` id, is not waited for).
+        exchange that has no reply yet and comes from the node that message went to, or is the
+        error reply the SuperLink itself sends for it (from ``SUPERLINK_NODE_ID``: the node is
+        offline, the message expired), which ends the wait for it as Flower's ``send_and_receive``
+        does. A second reply, or one from another node, is dropped with a warning; a message the
+        grid could not push (an empty or ``None`` id) is not waited for.
         """
         timed = getattr(grid, "timed_send_and_receive", None)
         if callable(timed):
             return [(m, float(s)) for m, s in timed(messages, timeout=timeout)]
         start = time.monotonic()
-        pushed = [i for i in grid.push_messages(messages) if i is not None]
+        pushed = [i for i in grid.push_messages(messages) if i]
         dst: dict[str, int] = {}
         for m in messages:  # push_messages wrote each message's id into its metadata
             with contextlib.suppress(Exception):
@@ -1482,7 +1494,9 @@ class SelectorStrategy(Strategy):
             for msg in replies:
                 try:  # a reply's metadata is the client's: one that cannot be read is dropped
                     answers, node = msg.metadata.reply_to_message_id, int(msg.metadata.src_node_id)
-                    if answers not in pending or node != dst.get(str(answers), node):
+                    expected = dst.get(str(answers), node)
+                    from_link = node == SUPERLINK_NODE_ID and msg.has_error()  # the SuperLink answers for the node
+                    if answers not in pending or (node != expected and not from_link):
                         log(WARNING, "fedselect: dropped a reply from node %s that answers %s, not a message of this "
                             "exchange to that node still waiting for its reply", node, _text(answers))
                         continue

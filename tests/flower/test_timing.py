@@ -1,7 +1,9 @@
 """A Flower round is fedselect.round's, and carries what was measured: wall_seconds per round, reply_seconds per
 training reply (the server's own clock, never a client's timestamp), which are the feedback's durations."""
 
+import contextlib
 import json
+import logging
 import math
 import time
 import warnings
@@ -11,7 +13,10 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from flwr.app import Error, Message
+from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp.strategy import FedAvg
+from flwr.supercore.logger import FLOWER_LOGGER
 
 import fedselect.round as round_module
 from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
@@ -175,6 +180,23 @@ def _everyone_on(fed, grid, clients, *, timeout, rounds=1):
         warnings.simplefilter("ignore", FlowerRoundWarning)
         strategy.result = strategy.start(grid, clients.initial_arrays(), num_rounds=rounds)  # for the tests
     return strategy
+
+
+@contextlib.contextmanager
+def _flower_warnings():
+    """The messages logged on Flower's logger inside the block."""
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep(level=logging.WARNING)
+    FLOWER_LOGGER.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        FLOWER_LOGGER.removeHandler(handler)
 
 
 def _silent_run(fed, grid, clients, *, timeout):
@@ -344,9 +366,11 @@ def test_on_a_polled_grid_a_stale_reply_does_not_stand_in_for_a_silent_client(fe
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-def test_on_a_polled_grid_a_message_that_could_not_be_pushed_is_not_waited_for(fed8):
-    """Flower's HTTP grid returns None for a message it could not push (order kept): the server does not wait
-    the train timeout for a reply to it; that client fails."""
+@pytest.mark.parametrize("no_id", [None, ""])
+def test_on_a_polled_grid_a_message_that_could_not_be_pushed_is_not_waited_for(fed8, no_id):
+    """A grid marks a message it could not push with an empty id (the SuperLink's push handler: "") or None
+    (Flower's HTTP grid checks for it), order kept: the server does not wait for a reply to it; that client
+    fails."""
     clients = FederationClients(fed8, random_state=0, **TRAIN)
 
     class Refusing(PolledGrid):
@@ -355,8 +379,48 @@ def test_on_a_polled_grid_a_message_that_could_not_be_pushed_is_not_waited_for(f
             refused = [m.metadata.dst_node_id == self.node_of_partition(4) and m.metadata.message_type == "train"
                        for m in messages]
             ids = iter(super().push_messages([m for m, r in zip(messages, refused) if not r]))
-            return [None if r else next(ids) for r in refused]
+            return [no_id if r else next(ids) for r in refused]
 
     grid = Refusing(clients.client_app(), fed8.n_clients, seed=5)
     rec, _ = _silent_run(fed8, grid, clients, timeout=20.0)
     assert rec.failed == [4] and rec.wall_seconds < 5.0
+
+
+def test_on_a_polled_grid_the_superlinks_error_reply_for_an_offline_node_ends_the_wait(fed8):
+    """For a node that is offline (or a message that expired) the SuperLink answers itself: an error reply from
+    ``SUPERLINK_NODE_ID``. It ends the wait for that message, as in Flower's own send_and_receive; that client
+    fails at once, without the server waiting the train timeout or dropping the reply."""
+    clients = FederationClients(fed8, random_state=0, **TRAIN)
+
+    class Offline(PolledGrid):
+        def push_messages(self, messages):
+            messages = list(messages)
+            offline = [m.metadata.dst_node_id == self.node_of_partition(4) and m.metadata.message_type == "train"
+                       for m in messages]
+            ids = iter(super().push_messages([m for m, o in zip(messages, offline) if not o]))
+            self.unavailable = {}
+            out = []
+            for m, o in zip(messages, offline):
+                if o:
+                    m.metadata.__dict__["_message_id"] = f"offline-{len(self.unavailable)}"
+                    self.unavailable[m.metadata.message_id] = m
+                    out.append(m.metadata.message_id)
+                else:
+                    out.append(next(ids))
+            return out
+
+        def pull_messages(self, message_ids):
+            message_ids = list(message_ids)
+            replies = list(super().pull_messages([i for i in message_ids if i not in self.unavailable]))
+            for i in message_ids:
+                if i in self.unavailable:  # as Flower's link state answers for an offline node
+                    reply = Message(Error(code=5, reason="Node Unavailable"), reply_to=self.unavailable[i])
+                    reply.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+                    replies.append(reply)
+            return replies
+
+    grid = Offline(clients.client_app(), fed8.n_clients, seed=5)
+    with _flower_warnings() as seen:
+        rec, fb = _silent_run(fed8, grid, clients, timeout=20.0)
+    assert rec.failed == [4] and rec.wall_seconds < 5.0 and fb.timed_out.tolist() == []
+    assert not [w for w in seen if "dropped a reply" in w]
