@@ -86,6 +86,14 @@ class FitRecord:
     seconds: float
 
 
+def _gp_device(device: str | torch.device) -> torch.device:
+    """The device ``gp_device`` names here: as :func:`~fedselect.simulation.engine.resolve_device`, but ``"auto"`` is
+    CUDA if torch sees a GPU, else the CPU, never MPS (no float64 there)."""
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    return resolve_device(device)
+
+
 class FedCorSelector(BaseSelector):
     """FedCor: choose the clients whose training most lowers the expected global loss under a GP.
 
@@ -144,7 +152,7 @@ class FedCorSelector(BaseSelector):
         Eq. (17) through GPyTorch (every recorded result) or written out in torch (faster at large N, not bit-equal).
     gp_device : str or torch.device, default="cpu"
         Where the GP's embeddings and fits run (float64): ``"cpu"`` (every recorded result), ``"cuda"``, ``"cuda:N"``,
-        ``"auto"``; not MPS. Another device rounds differently: another run (:ref:`devices`, with where it pays).
+        ``"auto"`` (CUDA, else CPU); not MPS. Another device rounds: another run (:ref:`devices`, with where it pays).
     random_state : None, int or numpy RandomState, default=None
         Seeds the warm-up and trial choices and, through a torch Generator, the initial embeddings (N(0, 1/d)).
 
@@ -254,7 +262,9 @@ class FedCorSelector(BaseSelector):
         params = super().identifying_params()
         if "gp_device" in params:
             try:
-                setting = device_setting(params["gp_device"])
+                value = params["gp_device"]
+                auto = isinstance(value, str) and value == "auto"
+                setting = _gp_device(value).type if auto else device_setting(value)
             except (TypeError, ValueError):  # a device this machine lacks: keep the name as given
                 setting = str(params["gp_device"])
             if setting == "cpu":
@@ -267,7 +277,7 @@ class FedCorSelector(BaseSelector):
         super()._validate_params()
         check_param(self, "warmup_fit_start", self.warmup_fit_start, self.warmup_fit_start <= self.warmup_rounds,
                     f"an int in [0, warmup_rounds={self.warmup_rounds}] (a round of the warm-up)")
-        check_param(self, "gp_device", self.gp_device, resolve_device(self.gp_device).type != "mps",
+        check_param(self, "gp_device", self.gp_device, _gp_device(self.gp_device).type != "mps",
                     "'cpu', 'cuda', 'cuda:N' or 'auto' (the GP computes in float64, which MPS lacks)")
 
     def _fit(self, pool: ClientPool) -> None:
@@ -284,7 +294,7 @@ class FedCorSelector(BaseSelector):
             )
         generator = torch.Generator().manual_seed(int(self.rng_.randint(0, 2**31 - 1)))
         self._gp = _gp.LossChangeGP(
-            n_clients, self.rank_, float(self.noise), generator=generator, device=resolve_device(self.gp_device)
+            n_clients, self.rank_, float(self.noise), generator=generator, device=_gp_device(self.gp_device)
         )
         self.alpha_ = np.ones(n_clients)
         self.history_: list[LossChangeRecord] = []

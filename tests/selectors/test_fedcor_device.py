@@ -135,3 +135,13 @@ def test_on_cuda_a_fedcor_run_picks_as_on_the_cpu():
         np.testing.assert_array_equal(x, y)
     np.testing.assert_allclose(b.embeddings_, a.embeddings_, rtol=1e-7, atol=1e-9)
     assert b.identifying_params()["gp_device"] == "cuda"
+
+
+def test_auto_on_a_mac_is_the_cpu_not_mps(monkeypatch):
+    """"auto" never picks MPS for the GP (no float64 there): on a machine with MPS and no CUDA it is the CPU."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setattr(engine_module, "_mps_available", lambda: True)
+    selector = FedCorSelector(rank=3, gp_device="auto", random_state=0).fit(ClientPool([10] * 20))
+    assert selector._gp.device == torch.device("cpu")
+    assert "gp_device" not in selector.identifying_params()
