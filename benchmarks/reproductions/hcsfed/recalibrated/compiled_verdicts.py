@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.reproductions._holds import path_shift, rounds_text, verdict
+from benchmarks.reproductions._records import ACCURACY_FILE, load_accuracy
 from benchmarks.reproductions.hcsfed.hcsfed_report import ALPHA, _relabel, claim_family
 from fedselect.compare import holm, load_comparison
 from fedselect.presets import get_preset
@@ -32,10 +33,12 @@ def main() -> list[str]:
     cap = preset.trainer["rounds"]
     comps, cells = {}, {}
     for path, folder in PATHS.items():
-        comps[path], cells[path] = _relabel(
-            *load_comparison(folder, preset.target, labels=list(preset.selectors), paper=preset.paper,
-                             title=preset.description)
-        )
+        if (folder / ACCURACY_FILE).exists():  # the runs packed to their accuracy curves (_records.py)
+            loaded = load_accuracy(folder / ACCURACY_FILE, preset.target, labels=list(preset.selectors))
+        else:
+            loaded = load_comparison(folder, preset.target, labels=list(preset.selectors), paper=preset.paper,
+                                     title=preset.description)
+        comps[path], cells[path] = _relabel(*loaded)
     labels = [label for label in comps["eager"].histories if label in comps["compiled"].histories]
     seeds = {p: sorted({int(s) for h in c.histories.values() for s in h}) for p, c in comps.items()}
     engines = {p: sorted({str((h.config or {}).get("trainer", {}).get("engine", "eager"))
