@@ -151,32 +151,27 @@ class FedCorSelector(BaseSelector):
     gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
         Eq. (17) through GPyTorch (every recorded result) or written out in torch (faster at large N, not bit-equal).
     gp_device : str or torch.device, default="cpu"
-        Where the GP's embeddings and fits run (float64): ``"cpu"`` (every recorded result), ``"cuda"``, ``"cuda:N"``,
-        ``"auto"`` (CUDA, else CPU); not MPS. Another device rounds: another run (:ref:`devices`, with where it pays).
+        The GP's device (float64): ``"cpu"`` (every recorded run), ``"cuda[:N]"``, ``"auto"`` (CUDA, else CPU).
     random_state : None, int or numpy RandomState, default=None
         Seeds the warm-up and trial choices and, through a torch Generator, the initial embeddings (N(0, 1/d)).
 
     Attributes
     ----------
-    rng_, rank_, n_clients_ : numpy RandomState, int, int
-        The selection stream; the embedding dimension in use (``rank``, or less for a small federation); N.
+    rng_, rank_, n_clients_, alpha_ : numpy RandomState, int, int, ndarray
+        The selection stream; the embedding dimension in use (``rank``, less for a small N); N; ``beta^tau_k`` in use.
     embeddings_, covariance_ : ndarray, shapes (``rank_``, N) and (N, N)
         X (a copy) and ``X^T X + s_n^2 I`` (computed on each access, for diagnostics at small N).
-    alpha_, last_selection_order_ : ndarray
-        The annealing factors ``beta^tau_k`` in use; the last Algorithm-1 picks, in the order picked.
-    history_, fit_log_ : list of LossChangeRecord, list of FitRecord
-        The loss-change vectors a future fit may still use (oldest first); one record per fit.
+    last_selection_order_, history_, fit_log_ : ndarray, list of LossChangeRecord, list of FitRecord
+        The last Algorithm-1 picks in order; the loss-change vectors a future fit may use (oldest first); the fits.
 
     References
     ----------
     .. [1] Tang, M., Ning, X., Wang, Y., Sun, J., Wang, Y., Li, H., Chen, Y. "FedCor: Correlation-Based Active Client
        Selection Strategy for Heterogeneous Federated Learning." CVPR 2022 (appendix C: d, M, theta, W and Dt).
-    .. [2] The official code, https://github.com/Yoruko-Tang/FedCor: ``src/federated_main.py`` and ``src/GPR.py``
-       as of July 2022 (:data:`CODE_2022`) and after the February 2023 refactor (``schedule="readme2023"``).
+    .. [2] The official code, https://github.com/Yoruko-Tang/FedCor: July 2022 (:data:`CODE_2022`) and February 2023.
 
     Examples
     --------
-    >>> from fedselect.selection import ClientPool
     >>> FedCorSelector(rank=3, random_state=0).fit(ClientPool([10] * 20)).embeddings_.shape
     (3, 20)
     """
