@@ -366,6 +366,21 @@ def test_on_a_polled_grid_a_stale_reply_does_not_stand_in_for_a_silent_client(fe
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+class TrainToOneNodeNotPushed(PolledGrid):
+    """A polled grid that does not deliver the train messages to partition 4's node: each gets the id
+    :meth:`not_pushed` returns instead (the others are pushed, the order of the ids kept)."""
+
+    def not_pushed(self, message):
+        raise NotImplementedError
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        held = [m.metadata.dst_node_id == self.node_of_partition(4) and m.metadata.message_type == "train"
+                for m in messages]
+        ids = iter(super().push_messages([m for m, h in zip(messages, held) if not h]))
+        return [self.not_pushed(m) if h else next(ids) for m, h in zip(messages, held)]
+
+
 @pytest.mark.parametrize("no_id", [None, ""])
 def test_on_a_polled_grid_a_message_that_could_not_be_pushed_is_not_waited_for(fed8, no_id):
     """A grid marks a message it could not push with an empty id (the SuperLink's push handler: "") or None
@@ -373,13 +388,9 @@ def test_on_a_polled_grid_a_message_that_could_not_be_pushed_is_not_waited_for(f
     fails."""
     clients = FederationClients(fed8, random_state=0, **TRAIN)
 
-    class Refusing(PolledGrid):
-        def push_messages(self, messages):
-            messages = list(messages)
-            refused = [m.metadata.dst_node_id == self.node_of_partition(4) and m.metadata.message_type == "train"
-                       for m in messages]
-            ids = iter(super().push_messages([m for m, r in zip(messages, refused) if not r]))
-            return [no_id if r else next(ids) for r in refused]
+    class Refusing(TrainToOneNodeNotPushed):
+        def not_pushed(self, message):
+            return no_id
 
     grid = Refusing(clients.client_app(), fed8.n_clients, seed=5)
     rec, _ = _silent_run(fed8, grid, clients, timeout=20.0)
@@ -392,22 +403,15 @@ def test_on_a_polled_grid_the_superlinks_error_reply_for_an_offline_node_ends_th
     fails at once, without the server waiting the train timeout or dropping the reply."""
     clients = FederationClients(fed8, random_state=0, **TRAIN)
 
-    class Offline(PolledGrid):
-        def push_messages(self, messages):
-            messages = list(messages)
-            offline = [m.metadata.dst_node_id == self.node_of_partition(4) and m.metadata.message_type == "train"
-                       for m in messages]
-            ids = iter(super().push_messages([m for m, o in zip(messages, offline) if not o]))
+    class Offline(TrainToOneNodeNotPushed):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
             self.unavailable = {}
-            out = []
-            for m, o in zip(messages, offline):
-                if o:
-                    m.metadata.__dict__["_message_id"] = f"offline-{len(self.unavailable)}"
-                    self.unavailable[m.metadata.message_id] = m
-                    out.append(m.metadata.message_id)
-                else:
-                    out.append(next(ids))
-            return out
+
+        def not_pushed(self, message):  # stored as the SuperLink stores a message to an offline node
+            message.metadata.__dict__["_message_id"] = f"offline-{len(self.unavailable)}"
+            self.unavailable[message.metadata.message_id] = message
+            return message.metadata.message_id
 
         def pull_messages(self, message_ids):
             message_ids = list(message_ids)
