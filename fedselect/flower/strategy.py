@@ -488,10 +488,7 @@ class FlowerOracle(ClientOracle):
         asked = {int(m.metadata.dst_node_id): st._client_of.get(int(m.metadata.dst_node_id)) for m in messages}
         # The SuperLink's own error reply for a message (its node offline, the message expired) answers for the
         # node that message went to: that client failed, with an error, rather than sent nothing back.
-        sent_to = {}
-        for m in messages:
-            with contextlib.suppress(Exception):
-                sent_to[str(m.metadata.message_id)] = int(m.metadata.dst_node_id)
+        sent_to = _destinations(messages)
         answered = set()
         for m in replies:
             try:  # a reply's metadata is the client's: anything odd in it only loses this sighting
@@ -680,6 +677,15 @@ def _text(value: Any, limit: int = 300) -> str:
     """Text a client sent, safe for a log line: no control characters (a newline cannot forge a log line), cut."""
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _destinations(messages: Iterable[Message]) -> dict[str, int]:
+    """The node each sent message went to, by its message id (set by the grid's ``push_messages``)."""
+    out: dict[str, int] = {}
+    for m in messages:
+        with contextlib.suppress(Exception):
+            out[str(m.metadata.message_id)] = int(m.metadata.dst_node_id)
+    return out
 
 
 def _why(exc: BaseException) -> str:
@@ -1481,10 +1487,7 @@ class SelectorStrategy(Strategy):
             return [(m, float(s)) for m, s in timed(messages, timeout=timeout)]
         start = time.monotonic()
         pushed = [i for i in grid.push_messages(messages) if i]
-        dst: dict[str, int] = {}
-        for m in messages:  # push_messages wrote each message's id into its metadata
-            with contextlib.suppress(Exception):
-                dst[str(m.metadata.message_id)] = int(m.metadata.dst_node_id)
+        dst = _destinations(messages)  # push_messages wrote each message's id into its metadata
         pending = set(pushed)
         deadline = start + timeout
         out: list[tuple[Message, float]] = []
