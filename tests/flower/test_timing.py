@@ -283,6 +283,20 @@ def test_a_reply_from_another_node_is_lost_as_a_superlink_refuses_it(fed8):
     assert rec.failed == [3, 5] and fb.timed_out.tolist() == [3, 5]
 
 
+class TamperedTrainReply(PolledGrid):
+    """A polled grid that hands partition 3's train replies to :meth:`tamper` before the server pulls them."""
+
+    def tamper(self, reply):
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids):
+        replies = list(super().pull_messages(message_ids))
+        for reply in replies:
+            if reply.metadata.src_node_id == self.node_of_partition(3) and reply.metadata.message_type == "train":
+                self.tamper(reply)
+        return replies
+
+
 class _RaisingMetadata:
     def __getattr__(self, name):
         raise RuntimeError(f"boom: {name}")
@@ -291,13 +305,9 @@ class _RaisingMetadata:
 def test_a_polled_reply_whose_metadata_raises_only_loses_that_reply(fed8):
     clients = FederationClients(fed8, random_state=0, **TRAIN)
 
-    class Hostile(PolledGrid):
-        def pull_messages(self, message_ids):
-            replies = list(super().pull_messages(message_ids))
-            for reply in replies:
-                if reply.metadata.src_node_id == self.node_of_partition(3) and reply.metadata.message_type == "train":
-                    reply.__dict__["_metadata"] = _RaisingMetadata()
-            return replies
+    class Hostile(TamperedTrainReply):
+        def tamper(self, reply):
+            reply.__dict__["_metadata"] = _RaisingMetadata()
 
     grid = Hostile(clients.client_app(), fed8.n_clients, seed=5)
     rec, fb = _silent_run(fed8, grid, clients, timeout=0.5)
@@ -310,13 +320,9 @@ def test_on_a_polled_grid_a_reply_from_another_node_is_dropped_by_the_server(fed
     sent nothing acceptable, as on LocalGrid (test_a_reply_from_another_node_is_lost_as_a_superlink_refuses_it)."""
     clients = FederationClients(fed8, random_state=0, **TRAIN)
 
-    class Lax(PolledGrid):
-        def pull_messages(self, message_ids):
-            replies = list(super().pull_messages(message_ids))
-            for reply in replies:
-                if reply.metadata.src_node_id == self.node_of_partition(3) and reply.metadata.message_type == "train":
-                    reply.metadata.__dict__["_src_node_id"] = self.node_of_partition(5)
-            return replies
+    class Lax(TamperedTrainReply):
+        def tamper(self, reply):
+            reply.metadata.__dict__["_src_node_id"] = self.node_of_partition(5)
 
     grid = Lax(clients.client_app(), fed8.n_clients, seed=5)
     grid.faults[grid.node_of_partition(5)] = silent
