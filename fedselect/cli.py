@@ -160,15 +160,7 @@ OPTION_NAMES: dict[str, tuple[str, ...]] = {
 
 # The command line's own defaults where they differ from Python's, and why. Nothing else differs: an option
 # not given takes the preset's value, else the Python default its help states.
-CLI_DEFAULTS: dict[str, tuple[Any, str]] = {
-    "n_threads": (
-        1,
-        "the small models here run fastest single-threaded, a 2-core machine shared with other work "
-        "slows down badly with more, and --jobs runs add up; it changes no setting of a run (it is not "
-        "part of a run's key), only how torch splits float sums: results equal Python's "
-        "FederatedTrainer(n_threads=1)",
-    ),
-}
+CLI_DEFAULTS: dict[str, tuple[Any, str]] = {}
 
 # Help where the docstring has no description of its own, or one that speaks of what a command line cannot give
 # (a module, a function); every other option's help is the first sentence of its parameter's numpydoc description.

@@ -685,8 +685,14 @@ class FederatedTrainer(BaseEstimator):
     progress : bool, default False
         Show a progress bar of the rounds, on a terminal or in a notebook only: when stderr is
         redirected to a file there is no bar (its redraws would fill the log).
-    n_threads : int, optional
-        torch intra-op threads during ``fit``.
+    n_threads : int or None, default 1
+        torch intra-op threads during ``fit`` (restored afterwards). One thread by default: the
+        batched small models fedselect trains gain nothing from more on an idle machine, and
+        torch's own count (every core) collapses 10-80x as soon as another process uses a core
+        (``benchmarks/speed/bench_threads.py``). None keeps torch's setting; raise it for one
+        large model (a CNN on 32x32 images) on cores nothing else uses, and run grids with
+        ``--jobs`` rather than more threads. Not part of a run's key; it changes only how
+        torch splits float sums.
     callback : callable, optional
         Called as ``callback(trainer, record)`` after every round.
     dropout : float, default 0.0
@@ -813,7 +819,7 @@ class FederatedTrainer(BaseEstimator):
         track_global_loss: bool = False,
         random_state: int | None = None,
         progress: bool = False,
-        n_threads: int | None = None,
+        n_threads: int | None = 1,
         callback: Callable[..., Any] | None = None,
         dropout: float = 0.0,
         availability: Any = None,
