@@ -930,6 +930,7 @@ def _cmd_compare(args: argparse.Namespace, *, preset_name: str | None = None) ->
         jobs=args.jobs,
         ray_address=args.ray,
         batch_seeds=args.batch_seeds,
+        overcommit=args.overcommit,
     )
     if getattr(args, "compress", False):
         from .compare import compress_runs
@@ -1082,6 +1083,13 @@ def build_parser() -> argparse.ArgumentParser:
             "--compress",
             action="store_true",
             help="gzip the finished run files (OUT/runs/*.json -> *.json.gz) at the end; a rerun reads both",
+        )
+        p.add_argument(
+            "--overcommit",
+            choices=["equal", "as-set"],
+            default="equal",
+            help="equal (default): every scheme gets the same over-commitment, a scheme's own (Oort's) moved to "
+            "the round for all (straggler_policy overselect); as-set: compare the schemes as given",
         )
         p.add_argument(
             "--retry-failed",

@@ -222,6 +222,92 @@ def check_clients_per_round(cpr: Any, n_clients: Any) -> None:
         )
 
 
+OVERCOMMIT_MODES = ("equal", "as-set")
+
+
+def own_overcommit(selector: Any) -> float:
+    """The over-commitment a selector applies by itself: its resolved ``overcommit`` parameter (Oort's), else 1."""
+    if "overcommit" not in selector.get_params(deep=False):
+        return 1.0
+    value = selector.resolved("overcommit") if hasattr(selector, "resolved") else selector.overcommit
+    return 1.0 if value is None else float(value)
+
+
+def equalize_overcommit(
+    selectors: SelectorsArg, trainer: Mapping[str, Any], *, mode: str = "equal"
+) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """Give every scheme of a comparison the same over-commitment (issue 33: a property of the round).
+
+    Over-commitment (asking ``f K`` clients and keeping the first K to finish) shortens a clocked
+    round whichever scheme chooses, so a comparison in which one scheme over-commits by itself
+    (Oort's ``overcommit``, 1.1 by default) and the others do not credits that scheme with a
+    setting the others were not given. With ``mode="equal"`` the over-commitment moves to the
+    round, for every scheme: with ``straggler_policy="overselect"`` the round's ``overselect``
+    applies to all and a self-over-committing selector is set to ``overcommit=1.0``; otherwise
+    the one factor the schemes over-commit by becomes the round's (``straggler_policy=
+    "overselect"``, ``overselect=f``: ``ceil(f K)`` asked, the first K kept) and theirs 1.0.
+    ``mode="as-set"`` leaves every scheme as given.
+
+    Returns
+    -------
+    table : dict
+        Label -> :class:`~fedselect.plugins.SelectorSpec`, over-committing ones replaced.
+    trainer : dict
+        The trainer's settings, with the round's over-commitment where it moved there.
+    note : str or None
+        What was changed, for the log and the report; None when nothing was.
+
+    Raises
+    ------
+    ValueError
+        ``mode`` is unknown, schemes over-commit by different factors, or over-commitment would
+        move to a round that keeps no clock (``clock=False``).
+    """
+    from sklearn.base import clone
+
+    from ..plugins import SelectorSpec
+
+    if mode not in OVERCOMMIT_MODES:
+        raise ValueError(f"overcommit={mode!r} is invalid; expected one of {OVERCOMMIT_MODES}")
+    table = selector_table(selectors)
+    trainer = dict(trainer)
+    if mode == "as-set":
+        return table, trainer, None
+    own = {label: own_overcommit(spec.build()) for label, spec in table.items()}
+    committing = {label: f for label, f in own.items() if f > 1.0}
+    if not committing:
+        return table, trainer, None
+    if trainer.get("straggler_policy", "fail") != "overselect":
+        factors = sorted(set(committing.values()))
+        if len(factors) > 1:
+            raise ValueError(
+                f"schemes over-commit by different factors ({committing}); give every scheme the same one, or set "
+                "straggler_policy='overselect' with one overselect for all, or overcommit='as-set' (--overcommit "
+                "as-set) to compare them as set"
+            )
+        if trainer.get("clock") is False:
+            raise ValueError(
+                f"{sorted(committing)} over-commit by themselves ({factors[0]}); giving every scheme that "
+                "over-commitment needs a clock (clock=False given); pass overcommit='as-set' to compare them as set"
+            )
+        trainer["straggler_policy"] = "overselect"
+        trainer["overselect"] = factors[0]
+    for label in committing:
+        spec = table[label]
+        if spec.instance is not None:
+            inst = clone(spec.instance).set_params(overcommit=1.0)
+            table[label] = SelectorSpec(spec.cls, inst.get_params(deep=False), name=spec.name, instance=inst)
+        else:
+            table[label] = SelectorSpec(spec.cls, {**spec.params, "overcommit": 1.0}, name=spec.name)
+    note = (
+        f"over-commitment is the round's, the same for every scheme: {', '.join(sorted(committing))} "
+        f"(over-committing by {', '.join(f'{f:g}' for f in sorted(set(committing.values())))} by itself) set to "
+        f"overcommit=1.0 and every scheme runs with straggler_policy='overselect', overselect={trainer['overselect']:g}"
+        " (overcommit='as-set' / --overcommit as-set leaves them as given)"
+    )
+    return table, trainer, note
+
+
 def check_plan(
     selectors: SelectorsArg,
     *,

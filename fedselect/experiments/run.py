@@ -38,7 +38,7 @@ from .._console import bars_wanted
 from . import plan as planning
 from . import provenance
 from .executors import CellRunner, Outcome, make_executor, resolve_batch_seeds
-from .plan import FederationSource, SelectorsArg, check_plan, plan_cells, selector_table
+from .plan import FederationSource, SelectorsArg, check_plan, equalize_overcommit, plan_cells, selector_table
 from .results import Comparison, failure_of, result_payload, write_result
 
 __all__ = ["run_comparison"]
@@ -63,6 +63,7 @@ def run_comparison(
     jobs: int | str = 1,
     ray_address: str | None = None,
     batch_seeds: bool | int = False,
+    overcommit: str = "equal",
 ) -> Comparison:
     """Run every scheme with every seed on the same federations and training streams.
 
@@ -142,6 +143,10 @@ def run_comparison(
         Train the runs of one scheme that differ only in their seed as one computation
         (:func:`fedselect.simulation.batched.fit_runs`): ``True`` all its seeds at once, an
         int N >= 2 up to N seeds at once, ``False`` (or 0, 1) one run at a time. See Notes.
+    overcommit : {"equal", "as-set"}, default "equal"
+        Over-commitment is the round's: ``"equal"`` gives every scheme the same one, moving a
+        scheme's own (Oort's ``overcommit``) to the round for all (``fedselect.experiments.plan.equalize_overcommit``;
+        logged); ``"as-set"`` compares the schemes as given.
 
     Returns
     -------
@@ -155,6 +160,9 @@ def run_comparison(
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None
+    selectors, trainer, overcommit_note = equalize_overcommit(selectors, trainer, mode=overcommit)
+    if overcommit_note:
+        log(overcommit_note)
     # Everything checkable before hours of work: selectors and their parameters, the trainer's, seeds, labels, out.
     built = check_plan(selectors, trainer=trainer, seeds=seeds, out_dir=out, federation=federation)
     table = selector_table(selectors)

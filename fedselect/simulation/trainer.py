@@ -1386,6 +1386,13 @@ class _Fit:
         tr._buffers = dict(tr._engine.buffers) or None
         selector = tr._make_selector()
         selector.fit(fed.client_pool())
+        own = getattr(selector, "overcommit_", None)
+        if tr.straggler_policy == "overselect" and is_real(own) and own > 1:  # ceil(f K) asked, then f' more
+            raise ValueError(
+                f"FederatedTrainer: straggler_policy='overselect' over-commits the round (overselect={tr.overselect}) "
+                f"and {type(selector).__name__} over-commits by itself (overcommit {own:g}): the round would "
+                f"over-commit twice; set {type(selector).__name__}(overcommit=1.0) to leave it to the round"
+            )
         history = History(model_size=tr._engine.n_params, config=tr._config(fed, selector))
         theta = tr._engine.initial_parameters()
         if tr.divergence is not None:
