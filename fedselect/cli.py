@@ -76,6 +76,8 @@ def parse_selector_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
             if "=" not in item:
                 raise argparse.ArgumentTypeError(f"selector parameter {item!r} in {spec!r} must look like name=value")
             k, v = item.split("=", 1)
+            if k.strip() in params:  # the last would win silently
+                raise argparse.ArgumentTypeError(f"{spec!r} repeats {k.strip()!r}; give each parameter once")
             params[k.strip()] = _value(v.strip())
     return label or (name if not params else f"{name}({rest})"), name, params
 
@@ -358,7 +360,10 @@ def _mapping(text: str) -> dict[Any, Any]:
         if "=" not in item:
             raise argparse.ArgumentTypeError(f"{item!r} in {text!r} must look like name=value")
         k, v = item.split("=", 1)
-        out[_value(k.strip())] = _value(v.strip())
+        key = _value(k.strip())
+        if key in out:  # the last would win silently
+            raise argparse.ArgumentTypeError(f"{text!r} repeats {key!r}; give each name once")
+        out[key] = _value(v.strip())
     return out
 
 
