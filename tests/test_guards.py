@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import warnings
 
 import numpy as np
@@ -168,3 +169,87 @@ def test_repeated_keys_on_the_command_line_fail_before_training(tmp_path, capsys
         assert info.value.code != 0
         assert "repeats" in capsys.readouterr().err
         assert not (tmp_path / "out" / "runs").exists()
+
+
+# --------------------------------------------------------------------------- run files
+
+
+def _clocked_history(times):
+    from fedselect.simulation import Costs, History, RoundRecord
+
+    rounds = [
+        RoundRecord(
+            round=t,
+            clients=[0],
+            weights=[1.0],
+            lr=0.1,
+            test_accuracy=0.5,
+            costs=Costs(models_down=1),
+            sim_seconds=None if s is None else 1.0,
+            sim_time=s,
+        )
+        for t, s in enumerate(times)
+    ]
+    return History(rounds, model_size=10)
+
+
+@pytest.mark.parametrize(
+    ("times", "match"),
+    [
+        ([1.0, 3.0, 2.0], r"sim_time goes backwards at round 2 \(3.0 s, then 2.0 s\)"),
+        ([1.0, None, 3.0], r"rounds \[1\] have no sim_time while others have one"),
+        ([None, None, 3.0], r"rounds \[0, 1\] have no sim_time"),
+    ],
+)
+def test_a_run_file_with_inconsistent_simulated_times_is_corrupt(times, match):
+    from fedselect.experiments.results import parse_result
+
+    text = json.dumps({"key": "k", "label": "x", "seed": 0, "history": _clocked_history(times).to_dict()})
+    saved, reason = parse_result(text)
+    assert saved is None
+    assert reason is not None and re.search(match, reason), reason
+
+
+@pytest.mark.parametrize("times", [[1.0, 2.0, 2.0], [None, None, None]])
+def test_consistent_simulated_times_still_load(times):
+    from fedselect.experiments.results import parse_result
+
+    text = json.dumps({"key": "k", "label": "x", "seed": 0, "history": _clocked_history(times).to_dict()})
+    assert parse_result(text)[1] is None
+
+
+def _compare(out, *extra):
+    from fedselect.cli import main
+
+    return main(["compare", "--selectors", "random", "--rounds", "3", "--seeds", "1", "--n-clients", "6",
+                 "--clients-per-round", "2", "--out", str(out), "--no-progress", "--no-paired", *extra])  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", ["backwards", "removed"])
+def test_a_comparison_reruns_a_run_whose_times_were_damaged_and_keeps_its_table(tmp_path, damage, capsys):
+    """A damaged run file loaded as finished and changed the table; it is now moved aside and the run redone."""
+    out = tmp_path / "cmp"
+    assert _compare(out, "--profiles", "homogeneous") == 0
+    (path,) = sorted((out / "runs").glob("*.json"))
+    table = (out / "results.csv").read_text()  # no wall-clock column
+    d = json.loads(path.read_text())
+    rounds = d["history"]["rounds"]
+    if damage == "backwards":
+        rounds[1]["sim_time"] = rounds[0]["sim_time"] / 2
+    else:
+        for r in rounds[1:]:
+            r["sim_time"] = r["sim_seconds"] = None
+    path.write_text(json.dumps(d))
+    with pytest.warns(UserWarning, match=r"sim_time"):
+        assert _compare(out, "--profiles", "homogeneous") == 0
+    assert list((out / "runs").glob("*.corrupt-*"))  # kept for inspection
+    assert (out / "results.csv").read_text() == table  # redone: the same run, the same table
+
+
+def test_profiles_with_infinite_times_fail_before_any_run_file(tmp_path, capsys):
+    """A 1e-310 bandwidth gave inf seconds, a run file refused as corrupt, and the run redone at every rerun."""
+    out = tmp_path / "cmp"
+    for _ in range(2):
+        assert _compare(out, "--profiles", "kind=homogeneous,bandwidth=1e-310") != 0
+        assert "bandwidth=1e-310 is invalid" in capsys.readouterr().err
+        assert not list(out.glob("runs/*"))
