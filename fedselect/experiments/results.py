@@ -973,7 +973,7 @@ def _history_problem(h: History) -> str | None:
         if not (
             isinstance(r.weights, list)
             and all(_is_number(w) for w in r.weights)
-            and _is_number(r.lr)
+            and (r.lr is None or _is_number(r.lr))  # None: the server does not set it (Flower)
             and all(v is None or _is_number(v) for v in (r.test_accuracy, r.test_loss, r.global_loss))
             and _is_number(r.seconds)
             and all(_is_number(getattr(r.costs, f.name)) for f in fields(r.costs))
