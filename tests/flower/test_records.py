@@ -140,3 +140,17 @@ def test_a_folder_with_a_file_named_otherwise_is_an_error_naming_it(records, tmp
         load_flower_records(tmp_path / "empty", 0.5)
     with pytest.raises(FlowerRecordsError, match=r"not-there: no such file or folder"):
         load_flower_records(tmp_path / "not-there", 0.5)
+
+
+def test_the_command_line_writes_the_report_of_a_folder_of_records(records, tmp_path, capsys):
+    from fedselect.cli import main
+
+    folder, _ = records
+    out = tmp_path / "report"
+    assert main(["flower-report", str(folder), "--target", "0.5", "--out", str(out)]) == 0
+    assert {"table.md", "paired.md", "accuracy.png", "results.csv"} <= {p.name for p in out.iterdir()}
+    assert "round-robin" in capsys.readouterr().out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["flower-report", str(empty)]) == 2
+    assert f"{empty}: no records files" in capsys.readouterr().err
