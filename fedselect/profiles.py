@@ -1210,8 +1210,17 @@ def from_fedscale(
         return rng.choice(m, size=n, replace=n > m).astype(np.int64)
 
     dev = _read_trace(device_file, "device")
-    comp = _float_array(str(device_file), "computation_ms", dev.get("computation_ms"), None)
-    comm = _float_array(str(device_file), "communication_kbps", dev.get("communication_kbps"), comp.size)
+    # the bounds of SystemProfiles in the trace's units, so that an error names the trace file
+    comp = _float_array(
+        str(device_file), "computation_ms", dev.get("computation_ms"), None, high=MAX_SECONDS_PER_SAMPLE * 1000.0
+    )
+    comm = _float_array(
+        str(device_file),
+        "communication_kbps",
+        dev.get("communication_kbps"),
+        comp.size,
+        low=MIN_BANDWIDTH / BYTES_PER_KBIT,
+    )
     rows = pick(comp.size)
     bandwidth = comm[rows] * BYTES_PER_KBIT
     av = None

@@ -253,3 +253,19 @@ def test_profiles_with_infinite_times_fail_before_any_run_file(tmp_path, capsys)
         assert _compare(out, "--profiles", "kind=homogeneous,bandwidth=1e-310") != 0
         assert "bandwidth=1e-310 is invalid" in capsys.readouterr().err
         assert not list(out.glob("runs/*"))
+
+
+def test_a_fedscale_trace_that_would_give_infinite_times_names_the_trace(tmp_path):
+    import pickle
+
+    from fedselect.profiles import convert_fedscale_traces, from_fedscale
+
+    for entry, field in (
+        ({"computation": 10.0, "communication": 1e-310}, "communication_kbps must be at least"),
+        ({"computation": 1e308, "communication": 100.0}, "computation_ms must be at most"),
+    ):
+        src = tmp_path / "client_device_capacity"
+        src.write_bytes(pickle.dumps({0: {"computation": 10.0, "communication": 100.0}, 1: entry}))
+        convert_fedscale_traces(src, tmp_path / "dev.npz")
+        with pytest.raises(ValueError, match=rf"{tmp_path / 'dev.npz'}: {field}.*entry 1"):
+            from_fedscale(tmp_path / "dev.npz", n_clients=2)
