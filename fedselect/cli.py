@@ -76,6 +76,8 @@ def parse_selector_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
             if "=" not in item:
                 raise argparse.ArgumentTypeError(f"selector parameter {item!r} in {spec!r} must look like name=value")
             k, v = item.split("=", 1)
+            if k.strip() in params:  # the last would win silently
+                raise argparse.ArgumentTypeError(f"{spec!r} repeats {k.strip()!r}; give each parameter once")
             params[k.strip()] = _value(v.strip())
     return label or (name if not params else f"{name}({rest})"), name, params
 
@@ -350,7 +352,10 @@ def _mapping(text: str) -> dict[Any, Any]:
         if "=" not in item:
             raise argparse.ArgumentTypeError(f"{item!r} in {text!r} must look like name=value")
         k, v = item.split("=", 1)
-        out[_value(k.strip())] = _value(v.strip())
+        key = _value(k.strip())
+        if key in out:  # the last would win silently
+            raise argparse.ArgumentTypeError(f"{text!r} repeats {key!r}; give each name once")
+        out[key] = _value(v.strip())
     return out
 
 
@@ -999,6 +1004,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser(
+        "flower-report",
+        help="the table, pictures and paired statistics of Flower runs, from their records files",
+        description="Read Flower runs' records (SelectorStrategy.start(records_path=...)): one file, or a folder of "
+        "<scheme>__seed<k>.jsonl files, and write what `fedselect compare` writes: table.md, summary.json, "
+        "results.csv, the pictures and paired.md. Accuracies come from the centralised evaluation "
+        "(start(evaluate_fn=...)); a file without them is an error.",
+    )
+    p.add_argument("records", help="a records file (.jsonl) or a folder of <scheme>__seed<k>.jsonl files")
+    p.add_argument("--target", type=float, default=0.8, help="target test accuracy (default: 0.8)")
+    p.add_argument("--out", default="flower-report", help="folder to write into (default: flower-report)")
+    p.add_argument(
+        "--paired", default="random", metavar="LABEL", help="pair every scheme with LABEL by seed (default: random)"
+    )
+    p.add_argument("--model-size", type=_non_negative, default=0, metavar="D", help="floats in one model (default: 0)")
+    p.set_defaults(func=_cmd_flower_report)
+
+    p = sub.add_parser(
         "run",
         help="run one scheme once and print its accuracy and costs",
         description="Run one scheme on one federation. Settings start from --preset (default digits-quick); "
@@ -1256,6 +1278,16 @@ def _keep_paired_of_another_reference(out: Path, reference: str) -> None:
         from .compare import _slug
 
         path.replace(out / f"paired-against-{_slug(before)}.md")
+
+
+def _cmd_flower_report(args: argparse.Namespace) -> int:
+    from .experiments.flower_records import load_flower_records, write_report
+
+    comp = load_flower_records(args.records, args.target, model_size=args.model_size, title="Flower")
+    files = write_report(comp, Path(args.out), paired=args.paired)
+    print(comp.to_text())
+    print("\nwritten: " + ", ".join(str(f) for f in files), file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

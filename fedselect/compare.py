@@ -17,6 +17,7 @@ from typing import Any
 from .experiments.executors import CellRunner as _Grid  # noqa: F401
 from .experiments.executors import Outcome as _Outcome  # noqa: F401
 from .experiments.executors import batches, resolve_batch_seeds, share_pools
+from .experiments.flower_records import FlowerRecordsError, load_flower_records, read_flower_records
 from .experiments.plan import FederationSource as _FederationSource  # noqa: F401
 from .experiments.plan import SelectorsArg, check_plan, run_settings, selector_table
 from .experiments.plan import check_clients_per_round as _check_clients_per_round  # noqa: F401
@@ -51,14 +52,17 @@ __all__ = [
     "MAX_CLIENTS",
     "MAX_RESULT_BYTES",
     "Comparison",
+    "FlowerRecordsError",
     "ResultFileError",
     "SelectorsArg",
     "check_plan",
     "compress_runs",
     "holm",
     "load_comparison",
+    "load_flower_records",
     "machine_info",
     "paired_summary",
+    "read_flower_records",
     "read_text",
     "resolve_batch_seeds",
     "run_comparison",

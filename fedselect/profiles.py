@@ -48,6 +48,10 @@ from .selection import check_client_ids
 __all__ = [
     "BYTES_PER_KBIT",
     "COMPUTE_FACTOR",
+    "MAX_LATENCY",
+    "MAX_SECONDS_PER_SAMPLE",
+    "MAX_SPELLS",
+    "MIN_BANDWIDTH",
     "Availability",
     "SystemProfiles",
     "convert_fedscale_traces",
@@ -75,15 +79,37 @@ COMPUTE_MEDIAN = _FEDSCALE_SECONDS_PER_TRAINED_SAMPLE * math.exp(_FEDSCALE_LOGNO
 BANDWIDTH_MEDIAN_KBPS = 6100.0
 BANDWIDTH_SIGMA = 1.1
 
+# Bounds that keep every simulated duration finite: with at most 1e13 bytes per message and 1e12 samples per
+# exchange, one exchange lasts at most about 1e19 s (a float64 holds 1.8e308); anything outside them is a typo
+# or a unit error (1e-310 bytes/s gives 1 / 1e-310 = inf), refused with the field's name before any training.
+MIN_BANDWIDTH = 1e-6
+"""Smallest bandwidth a profile may declare, in bytes per second."""
+MAX_SECONDS_PER_SAMPLE = 1e6
+"""Largest forward-pass time per sample a profile may declare, in seconds."""
+MAX_LATENCY = 1e9
+"""Largest latency per message a profile may declare, in seconds."""
+MAX_SPELLS = 10_000
+"""Most on/off cycles :func:`sample_profiles` draws, on average (``horizon / (mean_online + mean_offline)``)."""
+
 
 # --------------------------------------------------------------------------- checks
 
 
-def _float_array(owner: str, name: str, values: Any, n: int | None, *, positive: bool = True) -> np.ndarray:
-    """``values`` as a read-only 1-D float64 array of length ``n``, finite and positive (or >= 0)."""
+def _float_array(
+    owner: str,
+    name: str,
+    values: Any,
+    n: int | None,
+    *,
+    positive: bool = True,
+    low: float | None = None,
+    high: float | None = None,
+) -> np.ndarray:
+    """``values`` as a read-only 1-D float64 array of length ``n``, finite and positive (or >= 0), within
+    ``[low, high]`` where given."""
     try:
         arr = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an integer such as 10**400
         raise ValueError(f"{owner}: {name} must be an array of numbers, got {values!r:.80} ({exc})") from exc
     if isinstance(values, np.ndarray) and values.dtype.kind not in "biuf":
         raise ValueError(f"{owner}: {name} must hold numbers, got dtype {values.dtype}")
@@ -96,6 +122,13 @@ def _float_array(owner: str, name: str, values: Any, n: int | None, *, positive:
         k = int(np.flatnonzero(bad)[0])
         what = "finite positive" if positive else "finite non-negative"
         raise ValueError(f"{owner}: {name} must hold {what} numbers; entry {k} is {float(arr[k])!r}")
+    out = ((arr < low) if low is not None else False) | ((arr > high) if high is not None else False)
+    if np.any(out):
+        k = int(np.flatnonzero(np.broadcast_to(out, arr.shape))[0])
+        raise ValueError(
+            f"{owner}: {name} must be {f'at least {low:g}' if low is not None else f'at most {high:g}'} so that every "
+            f"simulated time stays finite; entry {k} is {float(arr[k])!r}"
+        )
     arr.setflags(write=False)
     return arr
 
@@ -204,7 +237,10 @@ class Availability:
         if period is None:
             per = np.full(n, np.inf)
         else:
-            per = np.array(period, dtype=np.float64)
+            try:
+                per = np.array(period, dtype=np.float64)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise ValueError(f"{owner}: period must be numbers (inf: no repetition), got {period!r:.80}") from exc
             if per.ndim == 0:
                 per = np.full(n, float(per))
             if per.shape != (n,):
@@ -331,8 +367,10 @@ class SystemProfiles:
     Notes
     -----
     Every array is float64, read-only and of length N; availability adds O(number of
-    intervals). Positive, finite speeds and bandwidths, finite non-negative latencies:
-    anything else raises ValueError naming the entry.
+    intervals). Positive, finite speeds and bandwidths, finite non-negative latencies, within
+    bounds that keep every simulated time finite (bandwidths at least :data:`MIN_BANDWIDTH`
+    bytes/s, ``seconds_per_sample`` at most :data:`MAX_SECONDS_PER_SAMPLE`, latencies at most
+    :data:`MAX_LATENCY`): anything else raises ValueError naming the field and the entry.
 
     Examples
     --------
@@ -350,13 +388,17 @@ class SystemProfiles:
         availability: Availability | None = None,
     ) -> None:
         owner = "SystemProfiles"
-        self.seconds_per_sample = _float_array(owner, "seconds_per_sample", seconds_per_sample, None)
+        self.seconds_per_sample = _float_array(
+            owner, "seconds_per_sample", seconds_per_sample, None, high=MAX_SECONDS_PER_SAMPLE
+        )
         n = self.seconds_per_sample.size
         if n == 0:
             raise ValueError(f"{owner}: profiles need at least one client")
-        self.download_bandwidth = _float_array(owner, "download_bandwidth", download_bandwidth, n)
-        self.upload_bandwidth = _float_array(owner, "upload_bandwidth", upload_bandwidth, n)
-        self.latency = _float_array(owner, "latency", np.zeros(n) if latency is None else latency, n, positive=False)
+        self.download_bandwidth = _float_array(owner, "download_bandwidth", download_bandwidth, n, low=MIN_BANDWIDTH)
+        self.upload_bandwidth = _float_array(owner, "upload_bandwidth", upload_bandwidth, n, low=MIN_BANDWIDTH)
+        self.latency = _float_array(
+            owner, "latency", np.zeros(n) if latency is None else latency, n, positive=False, high=MAX_LATENCY
+        )
         if availability is not None:
             if not isinstance(availability, Availability):
                 raise TypeError(
@@ -429,11 +471,18 @@ class SystemProfiles:
         ok = isinstance(compute_factor, Real) and not isinstance(compute_factor, bool)
         if not (ok and math.isfinite(compute_factor) and compute_factor >= 0):
             raise ValueError(f"{owner}: compute_factor must be a finite number >= 0, got {compute_factor!r}")
-        down = _per_client(owner, "bytes_down", bytes_down, c.size) / self.download_bandwidth[c]
-        up = _per_client(owner, "bytes_up", bytes_up, c.size) / self.upload_bandwidth[c]
-        compute = compute_factor * _per_client(owner, "n_samples", n_samples, c.size) * self.seconds_per_sample[c]
-        lat = 2.0 * self.latency[c]
-        total = down + compute + up + lat
+        with np.errstate(over="ignore"):  # an overflow is refused just below, naming the client
+            down = _per_client(owner, "bytes_down", bytes_down, c.size) / self.download_bandwidth[c]
+            up = _per_client(owner, "bytes_up", bytes_up, c.size) / self.upload_bandwidth[c]
+            compute = compute_factor * _per_client(owner, "n_samples", n_samples, c.size) * self.seconds_per_sample[c]
+            lat = 2.0 * self.latency[c]
+            total = down + compute + up + lat
+        if not np.isfinite(total).all():  # the profiles are bounded: only astronomical bytes or samples get here
+            i = int(np.flatnonzero(~np.isfinite(total))[0])
+            raise ValueError(
+                f"{owner}: client {int(c[i])}'s exchange would last {total[i]} s (bytes_down={bytes_down!r:.40}, "
+                f"bytes_up={bytes_up!r:.40}, n_samples={n_samples!r:.40}); every simulated time must be finite"
+            )
         if parts:
             return {"download": down, "compute": compute, "upload": up, "latency": lat, "total": total}
         return total
@@ -547,7 +596,13 @@ class SystemProfiles:
         profiles = cls(
             data["seconds_per_sample"], data["download_bandwidth"], data["upload_bandwidth"], data["latency"], av
         )
-        if "n_clients" in data and int(np.asarray(data["n_clients"])) != profiles.n_clients:
+        count = data.get("n_clients")
+        if "n_clients" in data and not (
+            (isinstance(count, Integral) and not isinstance(count, bool))
+            or (isinstance(count, np.ndarray) and count.shape == () and count.dtype.kind in "iu")
+        ):
+            raise ValueError(f"SystemProfiles.from_dict: n_clients must be a whole number of clients, not {count!r:.9}")
+        if "n_clients" in data and int(count) != profiles.n_clients:
             raise ValueError(
                 f"SystemProfiles.from_dict: n_clients={data['n_clients']} but the arrays hold "
                 f"{profiles.n_clients} clients"
@@ -579,12 +634,16 @@ class SystemProfiles:
         if path.suffix == ".json":
             try:
                 data = json.loads(path.read_text())
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ValueError(f"{path}: not a profiles JSON file ({exc})") from exc
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # bad JSON, huge integers, deep nesting
+                raise ValueError(f"{path}: not a profiles JSON file ({type(exc).__name__}: {exc})") from exc
+        elif path.suffix == ".npz":
+            data = _read_npz(path, _FORMAT)
+        else:
+            raise ValueError(f"SystemProfiles.load: {path} must end in .npz or .json")
+        try:
             return cls.from_dict(data)
-        if path.suffix == ".npz":
-            return cls.from_dict(_read_npz(path, _FORMAT))
-        raise ValueError(f"SystemProfiles.load: {path} must end in .npz or .json")
+        except (TypeError, ValueError, OverflowError) as exc:  # every message names the field; this adds the file
+            raise ValueError(f"{path}: {str(exc).removeprefix('SystemProfiles.from_dict: ')}") from exc
 
 
 def _read_npz(path: Path, fmt: str) -> dict[str, Any]:
@@ -615,9 +674,9 @@ def _read_npz(path: Path, fmt: str) -> dict[str, Any]:
 
 _HOMOGENEOUS_CONSTRAINTS: dict[str, list[Any]] = {
     "n_clients": [Interval(Integral, 1, None, closed="left")],
-    "seconds_per_sample": [Interval(Real, 0, None, closed="neither")],
-    "bandwidth": [Interval(Real, 0, None, closed="neither")],
-    "latency": [Interval(Real, 0, None, closed="left")],
+    "seconds_per_sample": [Interval(Real, 0, MAX_SECONDS_PER_SAMPLE, closed="right")],
+    "bandwidth": [Interval(Real, MIN_BANDWIDTH, None, closed="left")],
+    "latency": [Interval(Real, 0, MAX_LATENCY, closed="both")],
 }
 
 
@@ -670,12 +729,12 @@ def homogeneous(
 _SAMPLE_CONSTRAINTS: dict[str, list[Any]] = {
     "n_clients": [Interval(Integral, 1, None, closed="left")],
     "random_state": ["random_state"],
-    "compute_median": [Interval(Real, 0, None, closed="neither")],
+    "compute_median": [Interval(Real, 0, MAX_SECONDS_PER_SAMPLE, closed="right")],
     "compute_sigma": [Interval(Real, 0, None, closed="left")],
-    "bandwidth_median": [Interval(Real, 0, None, closed="neither")],
+    "bandwidth_median": [Interval(Real, MIN_BANDWIDTH, None, closed="left")],
     "bandwidth_sigma": [Interval(Real, 0, None, closed="left")],
     "upload_ratio": [Interval(Real, 0, None, closed="neither")],
-    "latency": [Interval(Real, 0, None, closed="left")],
+    "latency": [Interval(Real, 0, MAX_LATENCY, closed="both")],
     "mean_online": [None, Interval(Real, 0, None, closed="neither")],
     "mean_offline": [Interval(Real, 0, None, closed="neither")],
     "horizon": [Interval(Real, 0, None, closed="neither")],
@@ -739,6 +798,8 @@ def sample_profiles(
         Seconds per message, the same for every client.
     mean_online, mean_offline, horizon : float
         Availability model (see above); ``mean_online=None`` keeps every client always online.
+        At most :data:`MAX_SPELLS` cycles per client on average (``horizon / (mean_online +
+        mean_offline)``); more is refused before drawing.
 
     Returns
     -------
@@ -766,6 +827,12 @@ def sample_profiles(
         horizon=horizon,
     )
     validate_parameters("sample_profiles", params, _SAMPLE_CONSTRAINTS)
+    if mean_online is not None and horizon / (mean_online + mean_offline) > MAX_SPELLS:
+        raise ValueError(
+            f"sample_profiles: mean_online={mean_online!r}, mean_offline={mean_offline!r} and horizon={horizon!r} "
+            f"mean about {horizon / (mean_online + mean_offline):.3g} on/off cycles per client; at most {MAX_SPELLS} "
+            "are drawn (memory and time grow with them): lengthen the spells or shorten the horizon"
+        )
     n = int(n_clients)
     rng = check_random_state(random_state)
     compute = compute_median * np.exp(compute_sigma * rng.standard_normal(n))
@@ -786,7 +853,9 @@ def _on_off_availability(
     ends: list[np.ndarray] = []
     owners: list[np.ndarray] = []
     live = np.arange(n)
-    while live.size:
+    for _ in range(4 * MAX_SPELLS + 100):  # about 2 spells per cycle; sample_profiles bounds the mean cycles
+        if not live.size:
+            break
         on = online[live]
         length = rng.exponential(np.where(on, mean_on, mean_off))
         begin, finish = clock[live], np.minimum(clock[live] + length, horizon)
@@ -797,6 +866,8 @@ def _on_off_availability(
         clock[live] = finish
         online[live] = ~on
         live = live[finish < horizon]
+    if live.size:
+        raise ValueError(f"sample_profiles: more than {4 * MAX_SPELLS + 100} on/off spells for one client; refused")
     owner = np.concatenate(owners)
     order = np.lexsort((np.concatenate(starts), owner))  # by client, then by time
     offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n))]).astype(np.int64)
@@ -1139,8 +1210,17 @@ def from_fedscale(
         return rng.choice(m, size=n, replace=n > m).astype(np.int64)
 
     dev = _read_trace(device_file, "device")
-    comp = _float_array(str(device_file), "computation_ms", dev.get("computation_ms"), None)
-    comm = _float_array(str(device_file), "communication_kbps", dev.get("communication_kbps"), comp.size)
+    # the bounds of SystemProfiles in the trace's units, so that an error names the trace file
+    comp = _float_array(
+        str(device_file), "computation_ms", dev.get("computation_ms"), None, high=MAX_SECONDS_PER_SAMPLE * 1000.0
+    )
+    comm = _float_array(
+        str(device_file),
+        "communication_kbps",
+        dev.get("communication_kbps"),
+        comp.size,
+        low=MIN_BANDWIDTH / BYTES_PER_KBIT,
+    )
     rows = pick(comp.size)
     bandwidth = comm[rows] * BYTES_PER_KBIT
     av = None

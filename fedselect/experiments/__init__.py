@@ -12,6 +12,8 @@ A comparison is a grid of independent (scheme, seed) runs. Its parts, each a mod
 * :mod:`~fedselect.experiments.results`: :class:`~fedselect.experiments.results.Comparison`, the
   result files and the reports written from them;
 * :mod:`~fedselect.experiments.stats`: paired tests and Holm's adjustment;
+* :mod:`~fedselect.experiments.flower_records`: a Flower run's records files read into a
+  :class:`~fedselect.experiments.results.Comparison`;
 * :mod:`~fedselect.experiments.run`: :func:`~fedselect.experiments.run.run_comparison`, which
   puts them together.
 

@@ -973,7 +973,7 @@ def _history_problem(h: History) -> str | None:
         if not (
             isinstance(r.weights, list)
             and all(_is_number(w) for w in r.weights)
-            and _is_number(r.lr)
+            and (r.lr is None or _is_number(r.lr))  # None: the server does not set it (Flower)
             and all(v is None or _is_number(v) for v in (r.test_accuracy, r.test_loss, r.global_loss))
             and _is_number(r.seconds)
             and all(_is_number(getattr(r.costs, f.name)) for f in fields(r.costs))
@@ -981,6 +981,24 @@ def _history_problem(h: History) -> str | None:
             return f"round {r.round!r} holds values that are not numbers"
         if not all(v is None or (_is_number(v) and math.isfinite(v) and v >= 0) for v in (r.sim_seconds, r.sim_time)):
             return f"round {r.round!r} holds simulated times that are not finite non-negative numbers"
+    return _sim_time_problem(h)
+
+
+def _sim_time_problem(h: History) -> str | None:
+    """Why a history's simulated clock is inconsistent (times in some rounds only, or going backwards), or None.
+
+    A clock runs from the first round to the last; a file in which it does not was edited or damaged,
+    and its time to the target (or its end time) would change the table.
+    """
+    times = [r.sim_time for r in h.rounds]
+    if all(t is None for t in times):
+        return None
+    if any(t is None for t in times):
+        missing = [r.round for r in h.rounds if r.sim_time is None]
+        return f"rounds {missing[:5]}{'...' if len(missing) > 5 else ''} have no sim_time while others have one"
+    for prev, r in zip(h.rounds, h.rounds[1:]):
+        if r.sim_time < prev.sim_time:
+            return f"its sim_time goes backwards at round {r.round!r} ({prev.sim_time} s, then {r.sim_time} s)"
     return None
 
 

@@ -147,6 +147,10 @@ class RoundRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundRecord:
         d = dict(d)
+        if "test_accuracy" not in d and isinstance(d.get("evaluation"), dict):  # a Flower run's records_path line
+            ev = d["evaluation"]
+            d["test_accuracy"] = ev.get("test-accuracy", ev.get("accuracy"))
+            d["test_loss"] = ev.get("test-loss", ev.get("loss"))
         d["costs"] = Costs(**d.get("costs", {}))
         if "traffic" in d:
             d["traffic"] = {str(k): Traffic(**v) for k, v in d["traffic"].items()}
