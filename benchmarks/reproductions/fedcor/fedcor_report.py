@@ -67,8 +67,9 @@ def _gp_timing(cells: list[dict]) -> str:
         f"**The {CODE_2022_ROW} row is the 2022 code but for one difference:** its runs were recorded before "
         "`gp_round_offset` existed, with the paper's GP rounds (20, 30, ...: each GP round one round earlier than "
         "the 2022 code's, whose GP step runs after round e's aggregation and chooses round e + 1, i.e. rounds 21, "
-        "31, ...). `CODE_2022` now sets `gp_round_offset=1`; rerunning the row (`fedselect reproduce "
-        "fedcor-fmnist-<setting>` reruns only it: 10 seeds x 500 rounds per setting) gives the 2022 timing."
+        "31, ...). `CODE_2022`, and so the presets' row, now set `gp_round_offset=1`; the row was not rerun "
+        "with it (10 seeds x 500 rounds per setting). `fedselect reproduce fedcor-fmnist-<setting>` into this "
+        "folder now names that difference and refuses; with `--overwrite` it reruns this row only."
     )
 
 
