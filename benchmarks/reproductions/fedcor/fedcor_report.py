@@ -301,7 +301,7 @@ def _variants() -> list[str]:
             for s in preset.seeds
         ]
         each.append(f"| {label} | " + " | ".join(row) + " |")
-    commits = sorted({str(c["commit"])[:12] for c in cells})
+    commits = sorted({short_commit(c["commit"]) for c in cells})
     return [
         "## Other readings of FedCor on the Dirichlet split",
         "",

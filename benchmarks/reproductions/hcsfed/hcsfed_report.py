@@ -254,7 +254,7 @@ def _cells(comps: dict, all_cells: dict, labels: list[str], note: str) -> list[s
             cpu = (c.get("machine") or {}).get("cpu", "not recorded")
             lines.append(
                 f"| {q} | {c['label']} | {c['seed']} | {reached} | {cpu} | "
-                f"{(c.get('commit') or '')[:12]} | `{_command(c.get('command'))}` |"
+                f"{short_commit(c.get('commit') or '')} | `{_command(c.get('command'))}` |"
             )
     return lines
 
@@ -507,7 +507,7 @@ def _variants(comps: dict, not_reached: int) -> list[str]:
             n_clients=base.n_clients,
             failed={**{k: v for k, v in base.failed.items() if k in keep}, **var.failed},
         )
-        commits = sorted({str(c.get("commit"))[:12] for c in cells})
+        commits = sorted({short_commit(c.get("commit")) for c in cells})
         cpus = sorted({str((c.get("machine") or {}).get("cpu", "not recorded")) for c in cells})
         commands = sorted({_command(c.get("command")) for c in cells})
         out += [
