@@ -24,7 +24,7 @@ __all__ = ["PRESETS", "Preset", "check_preset", "get_preset", "list_presets"]
 # reading; a copy of fedselect.selectors.fedcor.CODE_2022 (this module imports no selector), checked equal by
 # tests/selectors/test_fedcor_2022.py.
 FEDCOR_2022_CODE: dict[str, Any] = {"theta": 0.8, "gp_history": "latest", "posterior_noise": True,
-                                    "warmup_fit_start": 10, "anneal_before_fit_start": True}
+                                    "warmup_fit_start": 10, "anneal_before_fit_start": True, "gp_round_offset": 1}
 
 
 @dataclass(frozen=True)

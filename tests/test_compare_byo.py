@@ -157,8 +157,16 @@ def _stored_runs():
 
 # Stored runs whose command's preset row has changed since they ran, with the row they ran (by folder, relative to
 # benchmarks/reproductions): the k-means++ runs kept as an extra row after the preset pinned kmeans_init="random"
-# (2026-11-22; k-means++ was the default then, which their key cannot say).
-_RAN_ANOTHER_ROW = {"hcsfed/kmeanspp": {"HCSFed": ("hcsfed", {"n_clusters": 5, "compression_rate": 0.05})}}
+# (2026-11-22; k-means++ was the default then, which their key cannot say); the 2022-code FedCor rows, run before
+# CODE_2022 set gp_round_offset=1 (2026-11-29, issue 33 item 7), with the paper's GP rounds (offset 0, the default).
+_FEDCOR_2022_AS_RUN = ("fedcor", {"warmup_rounds": 15, "gp_interval": 10, "beta": 0.95, "theta": 0.8,
+                                  "gp_history": "latest", "posterior_noise": True, "warmup_fit_start": 10,
+                                  "anneal_before_fit_start": True})
+_RAN_ANOTHER_ROW = {
+    "hcsfed/kmeanspp": {"HCSFed": ("hcsfed", {"n_clusters": 5, "compression_rate": 0.05})},
+    "fedcor/fedcor-fmnist-2spc": {"FedCor (2022 code)": _FEDCOR_2022_AS_RUN},
+    "fedcor/fedcor-fmnist-dir": {"FedCor (2022 code)": _FEDCOR_2022_AS_RUN},
+}
 
 
 def _how_it_was_made(saved, folder):

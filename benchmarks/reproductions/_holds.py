@@ -3,9 +3,12 @@
 A paper's table makes one claim per setting: its scheme needs fewer rounds to the target than
 every baseline. :func:`what_holds` states, from the stored runs alone, whether that claim holds
 here: the scheme against each baseline paired by seed (two-sided Wilcoxon signed-rank test,
-Holm-adjusted over the baselines of that setting, alpha 0.05). :func:`provenance` says whether
-the table comes from one commit on one machine. Nothing here is hard-coded: rerun the report
-and the lines follow the runs.
+Holm-adjusted over the baselines of that setting, alpha 0.05), and how many seeds each scheme
+reached the target on: a ranking in which the scheme misses on some seeds (a miss ranks after
+every hit) is said to be a ranking, with the seeds it missed. :func:`provenance` says whether
+the table comes from one commit on one machine, and which runs were recorded at a ``-dirty``
+commit (a tree with uncommitted changes). Nothing here is hard-coded: rerun the report and the
+lines follow the runs.
 """
 
 from __future__ import annotations
@@ -63,8 +66,12 @@ def what_holds(
     ``baselines``: the paper's rows to test against (default: every other scheme of ``comp``);
     extra rows of ours (variants, other readings) are not part of the paper's claim. The Holm
     adjustment runs over exactly these comparisons. Verdict: *reproduces* when ``reference`` is
-    significantly faster (Holm-adjusted p < alpha) than every baseline; *partly* when than some;
-    *does not reproduce* when than none. A run that diverged (``DivergenceError``) counts as never
+    significantly faster (Holm-adjusted p < alpha) than every baseline and reached the target on
+    every seed; *ranking reproduces* when faster than every baseline but it missed the target on
+    some seed (the paired test ranks a miss after every hit: the paper's figure, a mean over runs
+    that reached it, is not reproduced); *partly* when faster than some; *does not reproduce* when
+    than none. The bold head says on how many seeds ``reference`` reached the target when not on
+    all, and the line ends with every compared scheme's count. A run that diverged (``DivergenceError``) counts as never
     reaching the target (``Comparison.paired(diverged="not-reached")``), so a scheme that diverges
     on most seeds is judged on all of them; runs that failed otherwise leave the pairs and are named.
     """
@@ -84,8 +91,10 @@ def what_holds(
     faster = [r for r in rows if r["p_holm"] < alpha and r["mean"] > 0]
     slower = [r for r in rows if r["p_holm"] < alpha and r["mean"] < 0]
     level = [r for r in rows if r not in faster and r not in slower]
+    reached = {name: _reached(comp, name) for name in [reference, *(r["scheme"] for r in rows)]}
+    hit, runs = reached[reference]
     if len(faster) == len(rows):
-        verdict = "reproduces"
+        verdict = "reproduces" if hit == runs else "ranking reproduces"
     elif faster:
         verdict = "partly reproduces"
     else:
@@ -114,10 +123,28 @@ def what_holds(
             " " + "; ".join(notes) + ": a diverged run counts as not reaching the target, any other failure "
             "leaves its seed out."
         )
+    target = f"{float(comp.target):.0%}"
+    missed = "" if hit == runs else f"; {reference} reached {target} on {hit} of {runs} seeds"
+    counts = ", ".join(f"{name} {k}/{n}" for name, (k, n) in reached.items())
     return (
-        f"- **{setting}: {verdict}.** Paper: {claim} Here ({seeds} seeds, paired by seed, Holm over "
-        f"{len(rows)} comparisons): {reference} is " + "; ".join(parts) + "." + small + tail
+        f"- **{setting}: {verdict}{missed}.** Paper: {claim} Here ({seeds} seeds, paired by seed, Holm over "
+        f"{len(rows)} comparisons): {reference} is "
+        + "; ".join(parts)
+        + "."
+        + small
+        + tail
+        + f" Seeds reaching {target}: {counts} (in the paired test a miss ranks after every hit)."
     )
+
+
+def _reached(comp: Any, label: str) -> tuple[int, int]:
+    """(runs of ``label`` that reached the target, its runs): finished runs and divergences (a miss); other
+    failures are left out, as in the paired tests."""
+    runs = comp.histories.get(label, {})
+    hit = sum(h.rounds_to_accuracy(comp.target) is not None for h in runs.values())
+    failed = (getattr(comp, "failed", None) or {}).get(label, {})
+    diverged = sum(str(f.get("type")) == "DivergenceError" for f in failed.values())
+    return hit, len(runs) + diverged
 
 
 def _failures(failed: Mapping[int, Mapping[str, Any]]) -> str:
@@ -132,17 +159,43 @@ def _failures(failed: Mapping[int, Mapping[str, Any]]) -> str:
     )
 
 
+def short_commit(commit: Any) -> str:
+    """A run's commit as the reports list it: 12 hex digits, and ``-dirty`` kept when the run recorded it (the
+    runner's tree had uncommitted changes on top of that commit: :func:`fedselect.experiments.provenance.commit`)."""
+    text = str(commit if commit is not None else "?")
+    dirty = text.endswith("-dirty")
+    return text.removesuffix("-dirty")[:12] + ("-dirty" if dirty else "")
+
+
+def dirty_note(cells: Iterable[Mapping[str, Any]]) -> str:
+    """One sentence naming the runs recorded at a ``-dirty`` commit, or "" when none was."""
+    dirty = [c for c in cells if str(c.get("commit", "")).endswith("-dirty")]
+    if not dirty:
+        return ""
+    commits = sorted({short_commit(c.get("commit")) for c in dirty})
+    labels = sorted({str(c.get("label", "?")) for c in dirty})
+    return (
+        f"**Uncommitted changes:** {len(dirty)} run(s) ({', '.join(labels)}) were recorded at a `-dirty` commit "
+        f"({', '.join(commits)}): the tree that ran them had uncommitted changes, so the commit alone does not "
+        "name their code."
+    )
+
+
 def provenance(cells: Iterable[Mapping[str, Any]]) -> str:
-    """Whether the runs come from one commit on one machine; lists them when not."""
+    """Whether the runs come from one commit on one machine; lists them when not; names runs recorded at a
+    ``-dirty`` commit (:func:`dirty_note`)."""
     cells = list(cells)
-    commits = sorted({str(c.get("commit", "?"))[:12] for c in cells})
+    commits = sorted({short_commit(c.get("commit", "?")) for c in cells})
     cpus = sorted({str((c.get("machine") or {}).get("cpu", "not recorded")) for c in cells})
     if not cells:
         return "No runs yet."
+    note = dirty_note(cells)
     if len(commits) == 1 and len(cpus) == 1:
-        return f"All {len(cells)} runs come from one commit ({commits[0]}) on one machine ({cpus[0]})."
+        return f"All {len(cells)} runs come from one commit ({commits[0]}) on one machine ({cpus[0]})." + (
+            f" {note}" if note else ""
+        )
     return (
         f"**Not one engine:** the {len(cells)} runs come from {len(commits)} commit(s) ({', '.join(commits)}) on "
         f"{len(cpus)} CPU model(s) ({'; '.join(cpus)}); a model-dependent scheme's path depends on the engine's "
-        "last bits, so cells from different engines are not strictly comparable."
+        "last bits, so cells from different engines are not strictly comparable." + (f" {note}" if note else "")
     )

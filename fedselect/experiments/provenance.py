@@ -80,6 +80,7 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         "warmup_fit_start": 0,
         "anneal_before_fit_start": False,
         "gp_device": "cpu",  # every run before gp_device fitted the GP on the CPU
+        "gp_round_offset": 0,  # every run before it, the 2022-code rows too, had its GP rounds at t % Dt == 0
     },
     # kmeans_n_init: every run recorded before it was a parameter ran 10 k-means runs per round.
     "fedselect.selectors.hcsfed:HCSFedSelector": {"max_trained": None, "weighting": "inclusion", "kmeans_n_init": 10},

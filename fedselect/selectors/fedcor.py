@@ -28,13 +28,15 @@ README2023_WINDOW = 100
 README2023_DISCOUNT = 0.95
 #: The official code of July 2022 (commit 8ce23fb, the code behind the paper's Table 1) run with its README's
 #: FMNIST command, in the parameters that differ from the defaults: ``FedCorSelector(**CODE_2022)``. Its CIFAR-10
-#: command also sets ``warmup_rounds=20, gp_interval=50, beta=0.9, theta=0.97``.
+#: command also sets ``warmup_rounds=20, gp_interval=50, beta=0.9, theta=0.97``. ``gp_round_offset=1``: its GP step
+#: runs at the end of round e (``e > W``, ``e % Dt == 0``, federated_main.py) on w^{e+1} and serves round e + 1.
 CODE_2022: dict[str, Any] = {
     "theta": 0.8,
     "gp_history": "latest",
     "posterior_noise": True,
     "warmup_fit_start": 10,
     "anneal_before_fit_start": True,
+    "gp_round_offset": 1,
 }
 
 
@@ -105,8 +107,9 @@ class FedCorSelector(BaseSelector):
     chosen). Fitting (Eq. 17) runs Adam on ``Phi_t(X) = sum_{m=0..M} gamma^m log p(dl^{t - m Dt} | X)``,
     ``gamma = theta^Dt``. Schedule (Algorithm 2), W = ``warmup_rounds``, Dt = ``gp_interval``: rounds 0..W choose
     uniformly, observe every client's loss and refit X after each new vector; later rounds run Algorithm 1, and each
-    round ``t > W`` with ``t % Dt == 0`` resets alpha, runs one trial on n random clients and refits X. Models are
-    averaged uniformly (Eq. 4). Readings (:data:`CODE_2022`) and scale: :ref:`selector_fedcor`.
+    round ``t - o > W`` with ``(t - o) % Dt == 0`` (o = ``gp_round_offset``, 0: ``t > W``, ``t % Dt == 0``) resets
+    alpha, runs one trial on n random clients and refits X. Models are averaged uniformly (Eq. 4). Readings
+    (:data:`CODE_2022`) and scale: :ref:`selector_fedcor`.
 
     **Costs.** Warm-up: N losses per round (N models down, N scalars up) for ``W + 2 - warmup_fit_start`` rounds;
     each GP round: one trial (n local trainings, N models down, N losses up); nothing else. Server: an Adam step on M
@@ -148,6 +151,8 @@ class FedCorSelector(BaseSelector):
         s <= W, the first warm-up round observed and fitted (the 2022 code's ``gpr_begin``, 10).
     anneal_before_fit_start : bool, default=False
         Anneal the clients chosen uniformly in rounds ``0..s-1``, as the 2022 code does; nothing when s = 0.
+    gp_round_offset : int, default=0
+        o < Dt, the GP rounds' shift: 0 the paper's rounds, 1 the 2022 code's (each one round later).
     gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
         Eq. (17) through GPyTorch (every recorded result) or written out in torch (faster at large N, not bit-equal).
     gp_device : str or torch.device, default="cpu"
@@ -199,6 +204,7 @@ class FedCorSelector(BaseSelector):
         posterior_noise: bool = False,
         warmup_fit_start: int = 0,
         anneal_before_fit_start: bool = False,
+        gp_round_offset: int = 0,
         gp_solver: str = "gpytorch",
         gp_device: str | torch.device = "cpu",
         random_state: Any = None,
@@ -220,6 +226,7 @@ class FedCorSelector(BaseSelector):
         self.posterior_noise = posterior_noise
         self.warmup_fit_start = warmup_fit_start
         self.anneal_before_fit_start = anneal_before_fit_start
+        self.gp_round_offset = gp_round_offset
         self.gp_solver = gp_solver
         self.gp_device = gp_device
         self.random_state = random_state
@@ -245,6 +252,7 @@ class FedCorSelector(BaseSelector):
         "posterior_noise": ["boolean"],
         "warmup_fit_start": [Interval(Integral, 0, None, closed="left")],
         "anneal_before_fit_start": ["boolean"],
+        "gp_round_offset": [Interval(Integral, 0, None, closed="left")],
         "gp_solver": [StrOptions(_gp.SOLVERS)],
         "gp_device": DEVICE_CONSTRAINTS,
         "random_state": ["random_state"],
@@ -272,6 +280,8 @@ class FedCorSelector(BaseSelector):
         super()._validate_params()
         check_param(self, "warmup_fit_start", self.warmup_fit_start, self.warmup_fit_start <= self.warmup_rounds,
                     f"an int in [0, warmup_rounds={self.warmup_rounds}] (a round of the warm-up)")
+        check_param(self, "gp_round_offset", self.gp_round_offset, self.gp_round_offset < self.gp_interval,
+                    f"an int in [0, gp_interval={self.gp_interval}) (rounds after a multiple of gp_interval)")
         check_param(self, "gp_device", self.gp_device, _gp_device(self.gp_device).type != "mps",
                     "'cpu', 'cuda', 'cuda:N' or 'auto' (the GP computes in float64, which MPS lacks)")
 
@@ -338,7 +348,8 @@ class FedCorSelector(BaseSelector):
                 self.alpha_[chosen] *= self.beta
             return Selection(chosen)
 
-        gp_round = t % self.gp_interval == 0
+        shifted = t - int(self.gp_round_offset)  # o = 0: t > W here already, so the paper's rounds are unchanged
+        gp_round = shifted > self.warmup_rounds and shifted % self.gp_interval == 0
         if gp_round:
             self.alpha_[:] = 1.0
             trial_ids = np.sort(self.rng_.choice(n_clients, n, replace=False))

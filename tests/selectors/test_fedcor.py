@@ -399,7 +399,7 @@ def test_gp_solver_is_left_out_of_run_identity_at_its_default():
     assert FedCorSelector(gp_solver="closed-form").identifying_params()["gp_solver"] == "closed-form"
     assert "gp_solver" not in as_selector_spec(FedCorSelector(rank=4)).settings()["params"]
     assert set(FedCorSelector().get_params()) - set(FedCorSelector().identifying_params()) == {
-        "gp_solver", "warmup_fit_start", "anneal_before_fit_start", "gp_device"}  # later ones: test_fedcor_2022
+        "gp_solver", "warmup_fit_start", "anneal_before_fit_start", "gp_device", "gp_round_offset"}  # test_fedcor_2022
 
 
 # -- bad input -----------------------------------------------------------------------------

@@ -10,7 +10,9 @@ The expectations are written out by hand from ``src/federated_main.py`` at 8ce23
 trains round e; its branch ``gpr_begin <= epoch <= warmup`` appends ``l(w^{e+1}) - l(w^e)`` and fits on the last
 ``group_size`` vectors after round e's training, i.e. in our select call of round e + 1; its ``else`` branch
 (``update_discount``) runs for every epoch before ``gpr_begin`` and for the Algorithm-1 rounds that are not GP
-rounds. (Its GP rounds fall one round later than ours, which docs/selectors/fedcor.rst states; the test leaves them be.)
+rounds. Its GP step (``epoch > warmup and epoch % GPR_interval == 0``) runs after round e's aggregation, on
+w^{e+1}, and chooses round e + 1: in our numbering its GP rounds are t = e + 1, one round after the paper's
+(``gp_round_offset=1`` in CODE_2022; the default keeps the paper's rounds, and the runs recorded before the parameter).
 """
 
 from __future__ import annotations
@@ -52,19 +54,22 @@ def _trace(selector: FedCorSelector, monkeypatch, rounds: int = 24):
     return spy.calls, picks, used, after, losses_at, oracle.n_clients
 
 
-def _factors_2022(picks: list[np.ndarray], n_clients: int, rounds: int, *, gpr_begin: int) -> dict[int, np.ndarray]:
+def _factors_2022(
+    picks: list[np.ndarray], n_clients: int, rounds: int, *, gpr_begin: int, offset: int = 1
+) -> dict[int, np.ndarray]:
     """The factors each Algorithm-1 selection of the 2022 loop uses, by hand.
 
     Epochs before gpr_begin: the else branch multiplies the factors of the round's (random) picks by beta.
-    Epochs gpr_begin..W: the warm-up branch, no annealing. After the warm-up: a GP round resets every factor before
-    its selection (here: round t % DT == 0), and every Algorithm-1 selection's picks are then multiplied by beta.
+    Epochs gpr_begin..W: the warm-up branch, no annealing. After the warm-up: the GP step of epoch e (e > W,
+    e % DT == 0) resets every factor before the selection of round e + 1 (``offset=1``; ``offset=0``: the paper's
+    rounds, t % DT == 0), and every Algorithm-1 selection's picks are then multiplied by beta.
     """
     alpha = np.ones(n_clients)
     for e in range(gpr_begin):
         alpha[picks[e]] *= BETA
     out = {}
     for t in range(W + 1, rounds):
-        if t % DT == 0:
+        if t - offset > W and (t - offset) % DT == 0:
             alpha = np.ones(n_clients)
         out[t] = alpha.copy()
         alpha[picks[t]] *= BETA
@@ -73,7 +78,8 @@ def _factors_2022(picks: list[np.ndarray], n_clients: int, rounds: int, *, gpr_b
 
 def test_code_2022_is_one_documented_parameter_set_and_the_presets_row():
     assert CODE_2022 == FEDCOR_2022_CODE == {"theta": 0.8, "gp_history": "latest", "posterior_noise": True,
-                                             "warmup_fit_start": 10, "anneal_before_fit_start": True}
+                                             "warmup_fit_start": 10, "anneal_before_fit_start": True,
+                                             "gp_round_offset": 1}
     for name in ("fedcor-fmnist-2spc", "fedcor-fmnist-1spc", "fedcor-fmnist-dir"):
         label, params = get_preset(name).selectors["FedCor (2022 code)"]
         assert label == "fedcor" and params == {"warmup_rounds": W, "gp_interval": DT, "beta": BETA, **CODE_2022}
@@ -87,8 +93,8 @@ def test_code_2022_is_one_documented_parameter_set_and_the_presets_row():
 
 
 def test_the_2022_loop_trace(monkeypatch):
-    """Losses from round 10 on, warm-up fits on the vectors of rounds 10..t-1 (at most 6), the first GP round on the
-    last warm-up vector and its trial, and the warm-up picks of rounds 0-9 carried into rounds 16-19."""
+    """Losses from round 10 on, warm-up fits on the vectors of rounds 10..t-1 (at most 6), the first GP round (21) on
+    the last warm-up vector and its trial, and the warm-up picks of rounds 0-9 carried into rounds 16-20."""
     rounds = 24
     fits, picks, used, after, losses_at, n_clients = _trace(FedCorSelector(**CODE_2022, **FAST, random_state=0),
                                                             monkeypatch, rounds)
@@ -99,8 +105,8 @@ def test_the_2022_loop_trace(monkeypatch):
     assert [c["rounds"] for c in warmup] == [list(range(10, t)) for t in range(11, W + 2)]
     for c, t in zip(warmup, range(11, W + 2)):
         np.testing.assert_allclose(c["weights"], THETA ** (t - 1 - np.arange(10, t, dtype=float)))
-    # the first GP round (20): the last warm-up vector and the trial, the older weighted theta^DT
-    assert [c["rounds"] for c in gp] == [[W, 20]]
+    # the first GP round (21, after epoch 20): the last warm-up vector and the trial, the older weighted theta^DT
+    assert [c["rounds"] for c in gp] == [[W, 21]]
     np.testing.assert_allclose(gp[0]["weights"], [THETA**DT, 1.0])
     # the factors every Algorithm-1 selection used: the 2022 loop's, warm-up picks of rounds 0-9 included
     want = _factors_2022(picks, n_clients, rounds, gpr_begin=10)
@@ -108,9 +114,9 @@ def test_the_2022_loop_trace(monkeypatch):
     for t in range(W + 1, rounds):
         np.testing.assert_allclose(used[t], want[t], rtol=0, atol=0, err_msg=f"round {t}")
     assert used[W + 1].min() < 1  # the carry-over is there to see: some warm-up pick weighs round 16
-    for t in range(W + 1, 20):
+    for t in range(W + 1, 21):
         assert not np.array_equal(used[t], _factors_2022(picks, n_clients, rounds, gpr_begin=0)[t])
-    np.testing.assert_array_equal(used[20], np.ones(n_clients))  # the reset wipes the carry-over
+    np.testing.assert_array_equal(used[21], np.ones(n_clients))  # the reset wipes the carry-over
     # after each warm-up round before 10 the factors of its picks are down by beta, as the else branch does
     for e in range(10):
         expected = np.ones(n_clients)
@@ -127,7 +133,7 @@ def test_the_default_fits_from_round_0_on_up_to_11_vectors_and_anneals_no_warmup
     warmup = fits[: W + 1]
     assert [c["rounds"] for c in warmup] == [list(range(max(0, t - 11), t)) for t in range(1, W + 2)]
     assert max(len(c["rounds"]) for c in warmup) == 11
-    want = _factors_2022(picks, n_clients, rounds, gpr_begin=0)
+    want = _factors_2022(picks, n_clients, rounds, gpr_begin=0, offset=0)
     for t in range(W + 1, rounds):
         np.testing.assert_array_equal(used[t], want[t])
     np.testing.assert_array_equal(used[W + 1], np.ones(n_clients))
@@ -150,15 +156,15 @@ def test_each_2022_difference_is_its_own_parameter(monkeypatch):
 
 
 def test_the_2022_setting_with_the_real_gp():
-    """The fit log of a real (unspied) run: 6 warm-up fits on 1..6 vectors, then 2 vectors per GP round."""
+    """The fit log of a real (unspied) run: 6 warm-up fits on 1..6 vectors, then 2 vectors per GP round (21, 31)."""
     oracle = GroupOracle()
     selector = FedCorSelector(**CODE_2022, rank=3, warmup_iters=3, gp_iters=3, random_state=0)
     selector.fit(ClientPool(np.full(oracle.n_clients, 50)))
-    for t in range(31):
+    for t in range(32):
         selector.select(N_PICK, round=t, oracle=oracle)
         oracle.advance()
     assert [(f.round, f.kind, f.n_vectors) for f in selector.fit_log_] == [
-        *[(t, "warmup", t - 10) for t in range(11, W + 2)], (20, "gp_round", 2), (30, "gp_round", 2)]
+        *[(t, "warmup", t - 10) for t in range(11, W + 2)], (21, "gp_round", 2), (31, "gp_round", 2)]
 
 
 def test_warmup_fit_start_must_be_a_warmup_round():
@@ -176,3 +182,38 @@ def test_the_new_parameters_leave_recorded_runs_identified_as_before():
     assert "warmup_fit_start" not in default and "anneal_before_fit_start" not in default
     code = FedCorSelector(**CODE_2022).identifying_params()
     assert code["warmup_fit_start"] == 10 and code["anneal_before_fit_start"] is True
+
+
+@pytest.mark.parametrize(
+    ("warmup", "offset", "gp_rounds"),
+    [
+        (W, 0, [20, 30]),  # the paper's rounds: every recorded run, the 2022-code rows included
+        (W, 1, [21, 31]),  # the 2022 code: the GP step after epochs 20 and 30 chooses rounds 21 and 31
+        (20, 0, [30]),  # warmup a multiple of the interval: no GP round at t = W
+        (20, 1, [31]),  # nor in the 2022 code (epoch > warmup): 21 is an Algorithm-1 round without a trial
+    ],
+)
+def test_which_rounds_are_gp_rounds_under_each_reading(monkeypatch, warmup, offset, gp_rounds):
+    """The rounds whose select call runs a trial and refits (the oracle's trial calls), and resets the factors."""
+    selector = FedCorSelector(warmup_rounds=warmup, gp_interval=DT, gp_round_offset=offset, **FAST, random_state=0)
+    spy = spied(selector, monkeypatch)
+    oracle = GroupOracle()
+    selector.fit(ClientPool(np.full(oracle.n_clients, 50)))
+    after = []
+    for t in range(35):
+        selector.select(N_PICK, round=t, oracle=oracle)
+        after.append(selector.alpha_.copy())
+        oracle.advance()
+    assert sorted({r for r, kind, _ in oracle.calls if kind == "trial"}) == gp_rounds
+    assert [c["rounds"][-1] for c in spy.calls if c["rounds"][-1] > warmup] == gp_rounds
+    for t in gp_rounds:  # the reset before the GP round's pick: only that pick is annealed after it
+        assert np.count_nonzero(after[t] < 1) == N_PICK < np.count_nonzero(after[t - 1] < 1)
+
+
+def test_gp_round_offset_is_checked_and_identifies_only_when_set():
+    with pytest.raises(ValueError, match="gp_round_offset"):
+        FedCorSelector(gp_round_offset=DT).fit(ClientPool([10] * 30))
+    with pytest.raises(ValueError, match="gp_round_offset"):
+        FedCorSelector(gp_round_offset=-1).fit(ClientPool([10] * 30))
+    assert "gp_round_offset" not in FedCorSelector().identifying_params()
+    assert FedCorSelector(**CODE_2022).identifying_params()["gp_round_offset"] == 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks.reproductions._holds import ALPHA, path_shift, rounds_text, verdict
+from benchmarks.reproductions._holds import ALPHA, path_shift, rounds_text, short_commit, verdict
 from benchmarks.reproductions._records import ACCURACY_FILE, load_accuracy
 from benchmarks.reproductions.fedcor.fedcor_report import PAPER_METHODS, ROOT, SETTINGS, _only
 from fedselect.compare import holm, load_comparison
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> list[str]:
             comps[path] = _only(comp, [m for m in PAPER_METHODS if comp.histories.get(m)])
             runs = [h for label in PAPER_METHODS for h in comps[path].histories.get(label, {}).values()]
             engines = sorted({str((h.config or {}).get("trainer", {}).get("engine", "eager")) for h in runs})
-            commits = sorted({str(c.get("commit", "?"))[:12] for c in cells if c.get("label") in PAPER_METHODS})
+            commits = sorted({short_commit(c.get("commit", "?")) for c in cells if c.get("label") in PAPER_METHODS})
             info[path] = f"{len(runs)} runs, engine {', '.join(engines)}, commit {', '.join(commits)}"
         comps = {p: c for p, c in comps.items() if set(c.histories) == set(PAPER_METHODS)}  # all four rows done
         if "compiled" not in comps:

@@ -10,7 +10,11 @@ finished), and writes beside itself, into benchmarks/reproductions/fedcor/:
 - accuracy_<setting>.png (like the paper's Fig. 4), selection_<setting>.png (Fig. 6),
   communication_<setting>.png;
 - tsne_1spc.png: t-SNE of FedCor's learned client embeddings normalised to unit length,
-  coloured by each client's label (Fig. 7), when a 1SPC FedCor run has finished.
+  coloured by each client's label (Fig. 7), when a 1SPC FedCor run has finished;
+
+and, into each setting's folder, the comparison's own files from the same stored runs, with every
+row the report shows: table.md, summary.json and results.csv (``Comparison.write``) and paired.md
+(the report's paired tables). No run is trained again.
 
 Usage::
 
@@ -20,6 +24,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 from pathlib import Path
 
 import matplotlib
@@ -28,7 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from benchmarks.reproductions._holds import provenance, what_holds
+from benchmarks.reproductions._holds import provenance, short_commit, what_holds
 from fedselect.compare import load_comparison
 from fedselect.presets import get_preset
 
@@ -39,6 +45,32 @@ PAPER_METHODS = ("Random", "AFL", "Pow-d", "FedCor")  # the paper's Table 1 rows
 # Extra rows of the presets, shown where their runs exist: "FedCor (2022 code)" is the official code of July 2022
 # (fedselect.selectors.fedcor.CODE_2022), the code behind the paper's Table 1.
 METHODS = (*PAPER_METHODS, "FedCor (2022 code)")
+CODE_2022_ROW = "FedCor (2022 code)"
+
+
+def _gp_timing(cells: list[dict]) -> str:
+    """What the stored 2022-code runs of ``cells`` ran for ``gp_round_offset`` (read from each run's settings): the
+    sentence the report puts beside that row, or "" without such runs."""
+    offsets = set()
+    for c in cells:
+        if c["label"] != CODE_2022_ROW:
+            continue
+        path = Path(c["path"])
+        raw = path.read_bytes()
+        saved = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+        offsets.add(int((saved.get("settings") or {}).get("params", {}).get("gp_round_offset", 0)))
+    if not offsets:
+        return ""
+    if offsets == {1}:
+        return f"The {CODE_2022_ROW} runs ran the 2022 code's GP rounds (`gp_round_offset=1`: rounds 21, 31, ...)."
+    return (
+        f"**The {CODE_2022_ROW} row is the 2022 code but for one difference:** its runs were recorded before "
+        "`gp_round_offset` existed, with the paper's GP rounds (20, 30, ...: each GP round one round earlier than "
+        "the 2022 code's, whose GP step runs after round e's aggregation and chooses round e + 1, i.e. rounds 21, "
+        "31, ...). `CODE_2022`, and so the presets' row, now set `gp_round_offset=1`; the row was not rerun "
+        "with it (10 seeds x 500 rounds per setting). `fedselect reproduce fedcor-fmnist-<setting>` into this "
+        "folder now names that difference and refuses; with `--overwrite` it reruns this row only."
+    )
 
 
 def _command(argv: list[str] | None) -> str:
@@ -103,6 +135,8 @@ def main() -> None:
         methods = [m for m in METHODS if m in PAPER_METHODS or comp.histories.get(m) or comp.failed.get(m)]
         comp = _only(comp, methods)
         every_cell += cells
+        timing = _gp_timing(cells)
+        paired_md: list[str] = []
         paper = ", ".join(f"{k} {v}" for k, v in preset.paper.items())
         holds.append(
             what_holds(
@@ -129,7 +163,7 @@ def main() -> None:
                 "",
             ]
         if comp.histories.get("FedCor"):
-            lines += [
+            paired_md += [
                 "FedCor against each scheme, paired by seed (rounds to the target of the scheme minus "
                 "FedCor's on the same seed; positive: FedCor faster; a run that never reached it counts as "
                 "501; p: two-sided Wilcoxon signed-rank test; p (Holm): adjusted over the three comparisons):",
@@ -137,8 +171,9 @@ def main() -> None:
                 _only(comp, PAPER_METHODS).paired_markdown("FedCor"),
                 "",
             ]
+        first_end = len(paired_md)
         if comp.histories.get("FedCor") and comp.histories.get("FedCor (2022 code)"):
-            lines += [
+            paired_md += [
                 "The paper's reading (FedCor) against the 2022 code, paired by seed (positive: the 2022 code faster):",
                 "",
                 _only(comp, ["FedCor", "FedCor (2022 code)"]).paired_markdown("FedCor (2022 code)"),
@@ -155,14 +190,28 @@ def main() -> None:
                     claim=f"FedCor needs the fewest rounds ({paper}).",
                     baselines=baselines,
                 )
+                + (f" {timing}" if timing else "")
             )
-            lines += [
+            paired_md += [
                 "The 2022 code's FedCor against each baseline of the paper, paired by seed (Holm over the "
                 "three comparisons; positive: the 2022 code faster):",
                 "",
                 comp22.paired_markdown("FedCor (2022 code)"),
                 "",
             ]
+        lines += paired_md
+        if timing:
+            lines += [timing, ""]
+        # the setting's own files, from the stored runs, with every row shown above (issue 33, item 7)
+        comp.write(run_dir)
+        if timing:
+            table = run_dir / "table.md"
+            table.write_text(table.read_text() + "\n" + timing + "\n")
+        if comp.histories.get("FedCor"):  # as `--paired FedCor` writes it, then the 2022 code's tables
+            extra = paired_md[first_end:]  # the report's tables after its first (the paper's rows against FedCor)
+            (run_dir / "paired.md").write_text(
+                _only(comp, PAPER_METHODS).paired_report("FedCor") + ("\n" + "\n".join(extra) if extra else "")
+            )
         res = {k: [v[s] for s in sorted(v)] for k, v in comp.histories.items() if v}
         if res:
             from fedselect.plotting import plot_accuracy, plot_communication, plot_selection_frequency
@@ -209,7 +258,7 @@ def main() -> None:
                 cpu = (c.get("machine") or {}).get("cpu", "not recorded")
                 lines.append(
                     f"| {m} | {seed} | {r if r is not None else 'not reached'} | {h.final_accuracy():.3f} | "
-                    f"{c['seconds']:.0f} | {cpu} | {str(c['commit'])[:12]} | `{_command(c['command'])}` |"
+                    f"{c['seconds']:.0f} | {cpu} | {short_commit(c['commit'])} | `{_command(c['command'])}` |"
                 )
         lines.append("")
         if setting == "1spc":
@@ -252,7 +301,7 @@ def _variants() -> list[str]:
             for s in preset.seeds
         ]
         each.append(f"| {label} | " + " | ".join(row) + " |")
-    commits = sorted({str(c["commit"])[:12] for c in cells})
+    commits = sorted({short_commit(c["commit"]) for c in cells})
     return [
         "## Other readings of FedCor on the Dirichlet split",
         "",

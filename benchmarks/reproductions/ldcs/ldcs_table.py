@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.reproductions._holds import dirty_note, short_commit
 from fedselect.compare import read_text, run_files
 
 SPLITS = ("dir0.6", "dir0.9", "iid")
@@ -303,17 +304,19 @@ def verdicts(summary: dict, ref: str = "LDCS", alpha: float = 0.05, horizon: int
 
 def provenance(out: Path) -> str:
     """One sentence: the commits and machines the finished runs under ``out`` record."""
-    commits, machines, n = set(), set(), 0
+    commits, machines, n, cells = set(), set(), 0, []
     for cell in sorted(out.glob("k*-*")):
         for path in run_files(cell / "runs"):
             saved = json.loads(read_text(path))
             n += 1
-            commits.add(str(saved.get("commit"))[:12])
+            cells.append({"label": saved.get("label"), "commit": saved.get("commit")})
+            commits.add(short_commit(saved.get("commit")))
             m = saved.get("machine")
             machines.add(f"{m.get('cpu')}, {m.get('cpus')} CPUs" if m else "not recorded")
+    note = dirty_note(cells)
     return (
         f"All {n} runs come from commit{'s' if len(commits) > 1 else ''} {', '.join(sorted(commits))}; "
-        f"machine as the runs record it: {'; '.join(sorted(machines))}."
+        f"machine as the runs record it: {'; '.join(sorted(machines))}." + (f" {note}" if note else "")
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.reproductions._holds import path_shift, rounds_text, verdict
+from benchmarks.reproductions._holds import path_shift, rounds_text, short_commit, verdict
 from benchmarks.reproductions._records import ACCURACY_FILE, load_accuracy
 from benchmarks.reproductions.hcsfed.hcsfed_report import ALPHA, _relabel, claim_family
 from fedselect.compare import holm, load_comparison
@@ -43,7 +43,7 @@ def main() -> list[str]:
     seeds = {p: sorted({int(s) for h in c.histories.values() for s in h}) for p, c in comps.items()}
     engines = {p: sorted({str((h.config or {}).get("trainer", {}).get("engine", "eager"))
                           for runs in c.histories.values() for h in runs.values()}) for p, c in comps.items()}
-    commits = {p: sorted({str(c.get("commit", "?"))[:12] for c in cells[p]}) for p in PATHS}
+    commits = {p: sorted({short_commit(c.get("commit", "?")) for c in cells[p]}) for p in PATHS}
     rows, agree, total = [], 0, 0
     for row in (label for label in labels if label.startswith("HCSFed")):
         fams = {p: {r["scheme"]: r for r in claim_family(comps[p], row, cap + 1)} for p in PATHS}
