@@ -330,6 +330,7 @@ class RoundClock:
         c = np.asarray(clients, dtype=np.int64)
         t = self.times(c, **counts)
         ok = np.ones(c.size, dtype=bool) if failed is None else ~np.asarray(failed, dtype=bool)
+        due = t.copy()  # when each chosen client's update was due, had it answered
         waited = False  # for a client that will not report: until the deadline, if there is one
         silent = np.zeros(c.size, dtype=bool)  # no reply by the exchange's end, seen from the server
         if not ok.all():
@@ -372,6 +373,9 @@ class RoundClock:
         wait = float(t[ok].max()) if n_ok else 0.0
         if waited and not (keep is not None and n_ok == keep):
             wait = deadline if deadline is not None else max(wait, gone_at)
+        if not n_ok and deadline is None and c.size:
+            # nobody reported: the server, without a reply, waited until the last update was due (not 0 s)
+            wait = max(wait, float(due.max()))
         silent |= cut | (gone & (t > wait))  # due after the server stopped waiting: it never saw the drop
         self.spent[c[ok]] += t[ok]
         self.elapsed += wait

@@ -52,6 +52,7 @@ __all__ = [
     "RoundFeedback",
     "Selection",
     "SelectionError",
+    "available_clients",
     "check_client_ids",
     "check_param",
     "check_selection_weights",
@@ -108,6 +109,13 @@ def check_client_ids(ids: Any, n_clients: int | None = None, *, what: str = "cli
                 f"(valid ids are 0..{n_clients - 1})"
             )
     return arr
+
+
+def available_clients(oracle: Any) -> np.ndarray | None:
+    """``oracle.available()`` as int64 ids, or None when every client is a candidate (or the oracle cannot say)."""
+    ask = getattr(oracle, "available", None)
+    ids = ask() if callable(ask) else None
+    return None if ids is None else np.asarray(ids, dtype=np.int64)
 
 
 def check_param(
@@ -529,6 +537,16 @@ class ClientOracle(abc.ABC):
     def global_parameters(self) -> np.ndarray:
         """w^t flattened (float32). Free: the server holds it."""
 
+    def available(self) -> np.ndarray | None:
+        """The clients a selection may hold this round: those online at the round's start, as sorted ids.
+
+        Free: clients check in with the server when they come online (FedScale's
+        ``select_participants`` samples among them). None (this default, and every round of
+        a federation without availability intervals): every client. The runtime never asks
+        for more clients than are available.
+        """
+        return None
+
 
 class BaseSelector(BaseEstimator):
     """Base class of every client-selection scheme.
@@ -546,6 +564,11 @@ class BaseSelector(BaseEstimator):
         ``"sample_losses"`` (each reporter's mean squared per-sample training loss, one
         scalar up per reporter). A runtime that cannot supply a field leaves it None, so a
         selector that asks for one must still work without it.
+    chooses_available : bool
+        True if :meth:`_select` chooses only among :meth:`ClientOracle.available` itself. Otherwise
+        :meth:`select` restricts the selection for it: offline picks are dropped and the
+        shortfall is filled with available clients in a random order drawn from the round (the
+        generic route; filled clients get the mean kept weight).
     variable_size : bool
         True if :meth:`select` may return other than exactly ``n`` distinct clients.
         A subclass whose size depends on a parameter may override it with a read-only
@@ -558,6 +581,7 @@ class BaseSelector(BaseEstimator):
 
     needs: ClassVar[frozenset[str]] = frozenset()
     variable_size: ClassVar[bool] = False
+    chooses_available: ClassVar[bool] = False
     diagnostics: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, Any]] = {"random_state": ["random_state"]}
 
@@ -648,7 +672,37 @@ class BaseSelector(BaseEstimator):
                     f"Selection or an array of client ids: {exc}"
                 ) from exc
         check_selection_weights(selection.clients, selection.weights, name)
+        available = available_clients(oracle)
+        if available is not None:
+            selection = self._within(selection, available, int(n), int(round))
         return selection
+
+    def _within(self, selection: Selection, available: np.ndarray, n: int, round: int) -> Selection:
+        """``selection`` restricted to the ``available`` clients (see ``chooses_available``)."""
+        inside = np.isin(selection.clients, available)
+        if inside.all():
+            return selection
+        name = type(self).__name__
+        if self.chooses_available:
+            raise SelectionError(
+                f"{name} declares chooses_available but chose client(s) {selection.clients[~inside][:5].tolist()} "
+                "outside oracle.available()"
+            )
+        clients = selection.clients[inside]
+        w = None if selection.weights is None else selection.weights[inside]
+        want = min(n, available.size) if not self.variable_size else int(np.unique(selection.clients).size)
+        short = want - int(np.unique(clients).size)
+        if short > 0:
+            rest = np.setdiff1d(available, clients)
+            fill = np.random.default_rng([int(round), int(self.n_clients_)]).permutation(rest)[:short]
+            clients = np.concatenate([clients, fill])
+            if w is not None:
+                pad = float(w.mean()) if w.size and w.sum() > 0 else 1.0 / max(want, 1)
+                w = np.concatenate([w, np.full(fill.size, pad)])
+        if clients.size == 0:  # a variable-size selection entirely offline: one available client
+            clients = available[:1]
+            w = None if w is None else np.ones(1)
+        return Selection(clients, w)
 
     def update(self, feedback: RoundFeedback) -> Self:
         """Learn from the round that just ran.
