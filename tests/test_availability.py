@@ -150,7 +150,7 @@ class _ChoosesOffline(BaseSelector):
 
 def test_a_selector_that_claims_availability_and_chooses_offline_is_refused(fed):
     av = Availability.from_intervals([[] if k < 2 else [(0.0, 1e9)] for k in range(N)])
-    with pytest.raises(SelectionError, match="_ChoosesOffline.*outside oracle.available"):
+    with pytest.raises(SelectionError, match=r"_ChoosesOffline.*outside oracle\.available"):
         _trainer(_ChoosesOffline(), rounds=1).fit(_with(fed, av))
 
 
@@ -159,8 +159,13 @@ def test_a_fedscale_trace_whose_clients_start_offline(fed, tmp_path):
     starts offline starts its first round when the first client comes online."""
     period = 2000.0
     trace = {
-        str(k): {"active": [100.0 + 90.0 * k], "inactive": [100.0 + 90.0 * k + 400.0], "finish_time": period,
-                 "duration": 400.0, "model": "x"}
+        str(k): {
+            "active": [100.0 + 90.0 * k],
+            "inactive": [100.0 + 90.0 * k + 400.0],
+            "finish_time": period,
+            "duration": 400.0,
+            "model": "x",
+        }
         for k in range(N)
     }
     with open(tmp_path / "client_behave_trace", "wb") as fh:

@@ -1629,7 +1629,7 @@ class TrainedNobodyWarning(RuntimeWarning):
 
 
 def _warn_trained_nobody(history: History, trainer: Any) -> None:
-    """One warning per run counting its rounds in which no chosen client reported (``History.rounds_trained_nobody``)."""
+    """One warning per run counting its rounds in which no chosen client reported (``rounds_trained_nobody``)."""
     empty = history.rounds_trained_nobody()
     if not empty:
         return
