@@ -124,6 +124,31 @@ def test_the_default_clock_leaves_observing_selectors_unchanged(fed):
     assert [r.failed for r in a.rounds] == [r.failed for r in b.rounds]
 
 
+class _Durations(BaseSelector):
+    needs = frozenset({"durations"})
+
+    def __init__(self, *, random_state=None):
+        self.random_state = random_state
+
+    def _fit(self, pool):
+        self.seen_ = []
+
+    def _select(self, n, *, round, oracle):
+        return Selection(np.arange(n))
+
+    def _update(self, feedback):
+        self.seen_.append(feedback.durations)
+
+
+def test_the_default_clock_is_not_observed(fed):
+    """The default clock records time only: a selector that needs durations sees none, as before; clock=True or
+    profiles give them."""
+    default = _trainer(_Durations(), rounds=2).fit(fed).selector_
+    assert default.seen_ == [None, None]
+    given = _trainer(_Durations(), rounds=2, clock=True).fit(fed).selector_
+    assert all(d is not None and d.size == 5 for d in given.seen_)
+
+
 def test_overselect_without_its_policy_is_an_error(fed):
     with pytest.raises(ValueError, match=r"FederatedTrainer.*overselect=1\.5.*straggler_policy='overselect'"):
         _trainer("random", overselect=1.5).fit(fed)
