@@ -25,8 +25,12 @@ and sends nothing in an exchange takes no time in it). A client that fails witho
 knowing (dropout, offline at the round's start) never answers: the server waits for it until
 the timeout or the deadline when one is set, and otherwise learns of the failure at once.
 
+A round in which nobody reports lasts the deadline when one is set, else until the last chosen
+client's update was due: never 0 s.
+
 Availability (profiles with on/off intervals): a client is available in a round iff it is
-online at the round's start; a chosen client counts only if it is still online when its
+online at the round's start (the trainer lets the selector choose only among those by
+default, ``choose_among="online"``); a chosen client counts only if it is still online when its
 training exchange ends (``start + questions + its time``), else it fails (the server sees
 it drop when its update was due). If no client is online at the clock, the round starts when
 the first one comes online. Without intervals, availability is the trainer's per-round draw.
