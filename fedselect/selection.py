@@ -54,6 +54,7 @@ __all__ = [
     "SelectionError",
     "available_clients",
     "check_client_ids",
+    "restrict_to_available",
     "check_param",
     "check_selection_weights",
 ]
@@ -469,6 +470,45 @@ class RoundFeedback:
                 )
 
 
+def restrict_to_available(
+    selector: Any, selection: Selection, available: np.ndarray, n: int, *, round: int
+) -> Selection:
+    """``selection`` restricted to the ``available`` clients: what every runtime applies to every selector.
+
+    A selector that declares ``chooses_available = True`` must already lie within them
+    (:class:`SelectionError` otherwise). For any other, offline picks are dropped and the
+    shortfall (to ``min(n, len(available))`` distinct clients, or the selection's own size for
+    a variable-size selector) is filled with available clients in a random order drawn from
+    ``(round, len(available))``, which leaves the selector's own stream alone; filled clients
+    get the mean kept weight when the selection carries weights. A selection already within
+    ``available`` is returned as is.
+    """
+    clients = np.asarray(selection.clients)
+    inside = np.isin(clients, available)
+    if inside.all():
+        return selection
+    if getattr(selector, "chooses_available", False):
+        raise SelectionError(
+            f"{type(selector).__name__} declares chooses_available but chose client(s) "
+            f"{clients[~inside][:5].tolist()} outside oracle.available()"
+        )
+    kept = clients[inside]
+    w = None if selection.weights is None else selection.weights[inside]
+    if getattr(selector, "variable_size", False):
+        want = min(int(np.unique(clients).size), int(available.size))
+    else:
+        want = min(int(n), int(available.size))
+    short = want - int(np.unique(kept).size)
+    if short > 0:
+        rest = np.setdiff1d(available, kept)
+        fill = np.random.default_rng([int(round), int(available.size)]).permutation(rest)[:short]
+        kept = np.concatenate([kept, fill])
+        if w is not None:
+            pad = float(w.mean()) if w.size and w.sum() > 0 else 1.0 / max(want, 1)
+            w = np.concatenate([w, np.full(fill.size, pad)])
+    return Selection(kept, w)
+
+
 class ClientOracle(abc.ABC):
     """The questions a selector may ask before choosing, each paid for and recorded.
 
@@ -678,31 +718,8 @@ class BaseSelector(BaseEstimator):
         return selection
 
     def _within(self, selection: Selection, available: np.ndarray, n: int, round: int) -> Selection:
-        """``selection`` restricted to the ``available`` clients (see ``chooses_available``)."""
-        inside = np.isin(selection.clients, available)
-        if inside.all():
-            return selection
-        name = type(self).__name__
-        if self.chooses_available:
-            raise SelectionError(
-                f"{name} declares chooses_available but chose client(s) {selection.clients[~inside][:5].tolist()} "
-                "outside oracle.available()"
-            )
-        clients = selection.clients[inside]
-        w = None if selection.weights is None else selection.weights[inside]
-        want = min(n, available.size) if not self.variable_size else int(np.unique(selection.clients).size)
-        short = want - int(np.unique(clients).size)
-        if short > 0:
-            rest = np.setdiff1d(available, clients)
-            fill = np.random.default_rng([int(round), int(self.n_clients_)]).permutation(rest)[:short]
-            clients = np.concatenate([clients, fill])
-            if w is not None:
-                pad = float(w.mean()) if w.size and w.sum() > 0 else 1.0 / max(want, 1)
-                w = np.concatenate([w, np.full(fill.size, pad)])
-        if clients.size == 0:  # a variable-size selection entirely offline: one available client
-            clients = available[:1]
-            w = None if w is None else np.ones(1)
-        return Selection(clients, w)
+        """``selection`` restricted to the ``available`` clients (:func:`restrict_to_available`)."""
+        return restrict_to_available(self, selection, available, n, round=round)
 
     def update(self, feedback: RoundFeedback) -> Self:
         """Learn from the round that just ran.

@@ -55,7 +55,7 @@ from sklearn.utils import check_random_state
 
 from .ledger import Costs, RoundLedger
 from .round import Reports, conclude_round
-from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
+from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, restrict_to_available
 
 __all__ = ["SyntheticOracle", "check_selector", "make_pools", "parametrize_with_checks", "yield_checks"]
 
@@ -462,6 +462,9 @@ def _run(
         n_t = n if online is None else min(n, int(online.size))
         raw = selector.select(n_t, round=t, oracle=oracle)
         assert isinstance(raw, Selection), f"select returned {type(raw).__name__}, not a Selection"
+        if online is not None and type(selector).select is not BaseSelector.select:
+            # a selector with its own select() is restricted by the runtime (fedselect.round.open_round)
+            raw = restrict_to_available(selector, raw, online, n_t, round=t)
         if online is not None:
             outside = np.setdiff1d(raw.clients, online)
             assert not outside.size, f"round {t}: chose client(s) {outside.tolist()} not in oracle.available()"

@@ -210,3 +210,27 @@ def test_a_fedscale_trace_whose_clients_start_offline(fed, tmp_path):
     failed = sum(len(r.failed) for r in h.rounds)
     assert failed <= 0.05 * picks
     assert all(ok.all() for ok in _online_at_start(h, p.availability))
+
+
+class _OwnSelect(BaseSelector):
+    """Overrides ``select`` itself (no template): always clients 0..n-1; the round restricts it."""
+
+    def __init__(self, *, random_state=None):
+        self.random_state = random_state
+
+    def fit(self, pool):
+        self.size_ = pool.n_clients
+        return self
+
+    def select(self, n, *, round, oracle):
+        return Selection(np.arange(n))
+
+    def update(self, feedback):
+        return self
+
+
+def test_a_selector_with_its_own_select_is_restricted_by_the_round(fed):
+    av = _staggered()
+    h = _trainer(_OwnSelect(), rounds=12).fit(_with(fed, av)).history_
+    assert all(ok.all() for ok in _online_at_start(h, av))
+    assert sum(len(r.failed) for r in h.rounds) == 0

@@ -28,7 +28,6 @@ from ..selection import (
     BaseSelector,
     ClientOracle,
     Selection,
-    SelectionError,
     check_param,
     is_int,
     is_real,
@@ -1521,13 +1520,6 @@ class _Fit:
         opened = open_round(oracle, oracle, self.selector, n, self.theta, round=t, n_clients=fed.n_clients,
                             rule=tr.aggregation, n_samples=fed.n_samples, partial_weights=tr.partial_weights)
         assert opened is not None  # nothing is contained: a selector's error is the user's to see
-        if online is not None:
-            outside = np.setdiff1d(opened.selection.clients, online)
-            if outside.size:
-                raise SelectionError(
-                    f"{type(self.selector).__name__} chose client(s) {outside[:5].tolist()} offline at round {t}'s "
-                    f"start; with choose_among='online' a selection lies in oracle.available()"
-                )
         self.round = _Round(t, started, ledger, rc, record, opened)
         self.phase = "train"
         return opened.request
