@@ -1310,6 +1310,8 @@ class FederatedTrainer(BaseEstimator):
             "selector": {"name": type(selector).__name__, "params": _plain(selector.get_params(deep=False))},
             "federation": _plain(getattr(fed, "metadata", {})),
             "n_clients": fed.n_clients,
+            # the default clock only records time (see ``clock``): comparisons keep to rounds for such runs
+            **({"clock": "recorded-only"} if not self._clock_observed and self._profiles is not None else {}),
         }
 
 
@@ -1640,7 +1642,7 @@ def _warn_trained_nobody(history: History, trainer: Any) -> None:
             f"FederatedTrainer: {empty} of {n} rounds trained nobody (every chosen client failed); each lasted what "
             "the server waited. history_.rounds_trained_nobody() counts them"
         )
-    warnings.warn(msg, TrainedNobodyWarning, stacklevel=4)
+    warnings.warn(msg, TrainedNobodyWarning, stacklevel=5)  # _warn, _end, step, fit: the caller of fit
 
 
 def _get_rng_state() -> dict[str, Any]:
