@@ -25,8 +25,12 @@ and sends nothing in an exchange takes no time in it). A client that fails witho
 knowing (dropout, offline at the round's start) never answers: the server waits for it until
 the timeout or the deadline when one is set, and otherwise learns of the failure at once.
 
+A round in which nobody reports lasts the deadline when one is set, else until the last chosen
+client's update was due: never 0 s.
+
 Availability (profiles with on/off intervals): a client is available in a round iff it is
-online at the round's start; a chosen client counts only if it is still online when its
+online at the round's start (the trainer lets the selector choose only among those by
+default, ``choose_among="online"``); a chosen client counts only if it is still online when its
 training exchange ends (``start + questions + its time``), else it fails (the server sees
 it drop when its update was due). If no client is online at the clock, the round starts when
 the first one comes online. Without intervals, availability is the trainer's per-round draw.
@@ -330,6 +334,7 @@ class RoundClock:
         c = np.asarray(clients, dtype=np.int64)
         t = self.times(c, **counts)
         ok = np.ones(c.size, dtype=bool) if failed is None else ~np.asarray(failed, dtype=bool)
+        due = t.copy()  # when each chosen client's update was due, had it answered
         waited = False  # for a client that will not report: until the deadline, if there is one
         silent = np.zeros(c.size, dtype=bool)  # no reply by the exchange's end, seen from the server
         if not ok.all():
@@ -372,6 +377,9 @@ class RoundClock:
         wait = float(t[ok].max()) if n_ok else 0.0
         if waited and not (keep is not None and n_ok == keep):
             wait = deadline if deadline is not None else max(wait, gone_at)
+        if not n_ok and deadline is None and c.size:
+            # nobody reported: the server, without a reply, waited until the last update was due (not 0 s)
+            wait = max(wait, float(due.max()))
         silent |= cut | (gone & (t > wait))  # due after the server stopped waiting: it never saw the drop
         self.spent[c[ok]] += t[ok]
         self.elapsed += wait

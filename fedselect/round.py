@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from .aggregation import aggregation_weights, apply_deltas
-from .selection import BaseSelector, ClientOracle, RoundFeedback, Selection
+from .selection import BaseSelector, ClientOracle, RoundFeedback, Selection, available_clients, restrict_to_available
 
 __all__ = ["Aggregate", "Apply", "OpenRound", "Reports", "Transport", "conclude_round", "open_round", "play_round"]
 
@@ -276,7 +276,8 @@ def open_round(
     selector : BaseSelector
         Fitted.
     n : int
-        The clients asked for.
+        The clients asked for (at most the clients ``oracle.available()`` lists, when it lists some:
+        the selection is restricted to them, :func:`fedselect.selection.restrict_to_available`).
     theta : Tensor or ndarray
         w^t.
     round : int
@@ -303,6 +304,9 @@ def open_round(
         if contain is None or not contain("select", exc, None):
             raise
         return None
+    available = available_clients(oracle)
+    if available is not None:  # the clients online at the round's start: a selection lies among them
+        raw = restrict_to_available(selector, raw, available, n, round=round)
     selection = raw.validated(n_clients, n, variable_size=bool(selector.variable_size), source=type(selector).__name__)
     request = transport.start_training(selection.clients)
     return OpenRound(transport, selector, selection, theta, round, request, aggregation, contain)

@@ -52,7 +52,9 @@ __all__ = [
     "RoundFeedback",
     "Selection",
     "SelectionError",
+    "available_clients",
     "check_client_ids",
+    "restrict_to_available",
     "check_param",
     "check_selection_weights",
 ]
@@ -108,6 +110,13 @@ def check_client_ids(ids: Any, n_clients: int | None = None, *, what: str = "cli
                 f"(valid ids are 0..{n_clients - 1})"
             )
     return arr
+
+
+def available_clients(oracle: Any) -> np.ndarray | None:
+    """``oracle.available()`` as int64 ids, or None when every client is a candidate (or the oracle cannot say)."""
+    ask = getattr(oracle, "available", None)
+    ids = ask() if callable(ask) else None
+    return None if ids is None else np.asarray(ids, dtype=np.int64)
 
 
 def check_param(
@@ -461,6 +470,45 @@ class RoundFeedback:
                 )
 
 
+def restrict_to_available(
+    selector: Any, selection: Selection, available: np.ndarray, n: int, *, round: int
+) -> Selection:
+    """``selection`` restricted to the ``available`` clients: what every runtime applies to every selector.
+
+    A selector that declares ``chooses_available = True`` must already lie within them
+    (:class:`SelectionError` otherwise). For any other, offline picks are dropped and the
+    shortfall (to ``min(n, len(available))`` distinct clients, or the selection's own size for
+    a variable-size selector) is filled with available clients in a random order drawn from
+    ``(round, len(available))``, which leaves the selector's own stream alone; filled clients
+    get the mean kept weight when the selection carries weights. A selection already within
+    ``available`` is returned as is.
+    """
+    clients = np.asarray(selection.clients)
+    inside = np.isin(clients, available)
+    if inside.all():
+        return selection
+    if getattr(selector, "chooses_available", False):
+        raise SelectionError(
+            f"{type(selector).__name__} declares chooses_available but chose client(s) "
+            f"{clients[~inside][:5].tolist()} outside oracle.available()"
+        )
+    kept = clients[inside]
+    w = None if selection.weights is None else selection.weights[inside]
+    if getattr(selector, "variable_size", False):
+        want = min(int(np.unique(clients).size), int(available.size))
+    else:
+        want = min(int(n), int(available.size))
+    short = want - int(np.unique(kept).size)
+    if short > 0:
+        rest = np.setdiff1d(available, kept)
+        fill = np.random.default_rng([int(round), int(available.size)]).permutation(rest)[:short]
+        kept = np.concatenate([kept, fill])
+        if w is not None:
+            pad = float(w.mean()) if w.size and w.sum() > 0 else 1.0 / max(want, 1)
+            w = np.concatenate([w, np.full(fill.size, pad)])
+    return Selection(kept, w)
+
+
 class ClientOracle(abc.ABC):
     """The questions a selector may ask before choosing, each paid for and recorded.
 
@@ -529,6 +577,16 @@ class ClientOracle(abc.ABC):
     def global_parameters(self) -> np.ndarray:
         """w^t flattened (float32). Free: the server holds it."""
 
+    def available(self) -> np.ndarray | None:
+        """The clients a selection may hold this round: those online at the round's start, as sorted ids.
+
+        Free: clients check in with the server when they come online (FedScale's
+        ``select_participants`` samples among them). None (this default, and every round of
+        a federation without availability intervals): every client. The runtime never asks
+        for more clients than are available.
+        """
+        return None
+
 
 class BaseSelector(BaseEstimator):
     """Base class of every client-selection scheme.
@@ -546,6 +604,11 @@ class BaseSelector(BaseEstimator):
         ``"sample_losses"`` (each reporter's mean squared per-sample training loss, one
         scalar up per reporter). A runtime that cannot supply a field leaves it None, so a
         selector that asks for one must still work without it.
+    chooses_available : bool
+        True if :meth:`_select` chooses only among :meth:`ClientOracle.available` itself. Otherwise
+        :meth:`select` restricts the selection for it: offline picks are dropped and the
+        shortfall is filled with available clients in a random order drawn from the round (the
+        generic route; filled clients get the mean kept weight).
     variable_size : bool
         True if :meth:`select` may return other than exactly ``n`` distinct clients.
         A subclass whose size depends on a parameter may override it with a read-only
@@ -558,6 +621,7 @@ class BaseSelector(BaseEstimator):
 
     needs: ClassVar[frozenset[str]] = frozenset()
     variable_size: ClassVar[bool] = False
+    chooses_available: ClassVar[bool] = False
     diagnostics: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, Any]] = {"random_state": ["random_state"]}
 
@@ -648,7 +712,14 @@ class BaseSelector(BaseEstimator):
                     f"Selection or an array of client ids: {exc}"
                 ) from exc
         check_selection_weights(selection.clients, selection.weights, name)
+        available = available_clients(oracle)
+        if available is not None:
+            selection = self._within(selection, available, int(n), int(round))
         return selection
+
+    def _within(self, selection: Selection, available: np.ndarray, n: int, round: int) -> Selection:
+        """``selection`` restricted to the ``available`` clients (:func:`restrict_to_available`)."""
+        return restrict_to_available(self, selection, available, n, round=round)
 
     def update(self, feedback: RoundFeedback) -> Self:
         """Learn from the round that just ran.

@@ -55,7 +55,7 @@ from sklearn.utils import check_random_state
 
 from .ledger import Costs, RoundLedger
 from .round import Reports, conclude_round
-from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection
+from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, restrict_to_available
 
 __all__ = ["SyntheticOracle", "check_selector", "make_pools", "parametrize_with_checks", "yield_checks"]
 
@@ -100,6 +100,10 @@ class SyntheticOracle(ClientOracle):
         Probability that a client does not answer in a round (drawn per round from its
         own stream): it answers NaN to every question, is charged as sent, and does not
         report if chosen (see :class:`fedselect.ClientOracle`).
+    offline : float, default=0.0
+        Probability that a client is offline at a round's start (its own stream; at least one
+        client stays online): the server knows it, :meth:`available` leaves it out, and it
+        answers NaN if asked anyway.
     random_state : None, int or numpy RandomState
         Seeds the problem (centres, optima, default n_samples) and every noise stream.
 
@@ -147,13 +151,17 @@ class SyntheticOracle(ClientOracle):
         lr: float = 0.5,
         spread: float = 0.1,
         dropout: float = 0.0,
+        offline: float = 0.0,
         random_state: Any = None,
     ) -> None:
         if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
             raise ValueError(f"SyntheticOracle: n_clients={n_clients!r} must be an integer >= 1")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0 <= dropout < 1:
             raise ValueError(f"SyntheticOracle: dropout={dropout!r} must be a number in [0, 1)")
+        if isinstance(offline, bool) or not isinstance(offline, (int, float, np.floating)) or not 0 <= offline < 1:
+            raise ValueError(f"SyntheticOracle: offline={offline!r} must be a number in [0, 1)")
         rng = check_random_state(random_state)
+        self.offline = float(offline)
         self.n_clients = int(n_clients)
         self.dim = int(dim)
         self.noise = float(noise)
@@ -185,8 +193,18 @@ class SyntheticOracle(ClientOracle):
             unavailable = np.flatnonzero(self._stream(3).random(self.n_clients) < self.dropout)
         else:
             unavailable = np.zeros(0, dtype=np.int64)
+        self._online = None
+        if self.offline > 0:
+            off = self._stream(4).random(self.n_clients) < self.offline
+            off[int(self._stream(5).integers(self.n_clients))] = False  # somebody is online
+            self._online = np.flatnonzero(~off)
+            unavailable = np.union1d(unavailable, np.flatnonzero(off))
         self.ledger = RoundLedger(self.n_clients, self.round, unavailable=unavailable)
         self._n_trials = 0
+
+    def available(self) -> np.ndarray | None:
+        """The clients online at the round's start (``offline``); None when every client is."""
+        return None if self._online is None else self._online.copy()
 
     @property
     def unavailable(self) -> frozenset[int]:
@@ -429,16 +447,28 @@ def _run(
     fit: bool = True,
     on_round: Callable[[int, Selection, RoundFeedback], None] | None = None,
     dropout: float = 0.0,
+    offline: float = 0.0,
 ) -> list[tuple[list[int], list[float] | None]]:
-    """Run ``n_rounds`` rounds on a fresh SyntheticOracle; return the validated selections."""
+    """Run ``n_rounds`` rounds on a fresh SyntheticOracle; return the validated selections. With ``offline``, each
+    round asks for at most the available clients (as the trainer does) and checks the selection lies among them."""
     if fit:
         selector.fit(pool)
-    oracle = SyntheticOracle(pool.n_clients, n_samples=pool.n_samples, random_state=seed, dropout=dropout)
+    oracle = SyntheticOracle(
+        pool.n_clients, n_samples=pool.n_samples, random_state=seed, dropout=dropout, offline=offline
+    )
     out = []
     for t in range(n_rounds):
-        raw = selector.select(n, round=t, oracle=oracle)
+        online = oracle.available()
+        n_t = n if online is None else min(n, int(online.size))
+        raw = selector.select(n_t, round=t, oracle=oracle)
         assert isinstance(raw, Selection), f"select returned {type(raw).__name__}, not a Selection"
-        sel = raw.validated(pool.n_clients, n, variable_size=_variable_size(selector), source=type(selector).__name__)
+        if online is not None and type(selector).select is not BaseSelector.select:
+            # a selector with its own select() is restricted by the runtime (fedselect.round.open_round)
+            raw = restrict_to_available(selector, raw, online, n_t, round=t)
+        if online is not None:
+            outside = np.setdiff1d(raw.clients, online)
+            assert not outside.size, f"round {t}: chose client(s) {outside.tolist()} not in oracle.available()"
+        sel = raw.validated(pool.n_clients, n_t, variable_size=_variable_size(selector), source=type(selector).__name__)
         if sel.weights is not None:
             assert np.all(np.isfinite(sel.weights)), f"round {t}: non-finite weights {sel.weights}"
             assert np.all(sel.weights >= 0), f"round {t}: negative weights {sel.weights}"
@@ -667,6 +697,31 @@ def check_missing_answers(
                 ) from exc
 
 
+def check_available_clients(
+    selector: BaseSelector, *, n_rounds: int = 20, pools: Sequence[ClientPool] | None = None, seed: int = 0
+) -> None:
+    """Every selection lies among the clients online at the round's start (:meth:`ClientOracle.available`).
+
+    Runs the selector against oracles where each client is offline at a round's start with
+    probability 0.5 and 0.9 (the server knows: ``available()`` lists the others), asking for
+    at most the available clients as the trainer does; a selector that does not choose
+    within them itself is restricted by :meth:`BaseSelector.select`.
+    """
+    pools = make_pools(seed, (7, 20)) if pools is None else pools
+    for offline in (0.5, 0.9):
+        for pool in pools:
+            n = _some_n(pool.n_clients, 3)
+            est = _seeded(selector, seed)
+            try:
+                _run(est, pool, n, n_rounds, seed, offline=offline)
+            except AssertionError as exc:
+                raise AssertionError(f"offline={offline}, N={pool.n_clients}, n={n}: {exc}") from exc
+            except Exception as exc:
+                raise AssertionError(
+                    f"offline={offline}, N={pool.n_clients}, n={n}: {type(exc).__name__}: {exc}"
+                ) from exc
+
+
 def yield_checks(
     selector: BaseSelector,
     *,
@@ -715,6 +770,7 @@ def yield_checks(
         ("check_no_mutation", p(check_no_mutation, selector, n_rounds=min(n_rounds, 10), pools=pools)),
         ("check_missing_answers", p(check_missing_answers, selector, n_rounds=n_rounds, pools=pools)),
         ("check_refit_starts_over", p(check_refit_starts_over, selector, n_rounds=n_rounds, pools=pools)),
+        ("check_available_clients", p(check_available_clients, selector, n_rounds=min(n_rounds, 20), pools=pools)),
     ]
     yield from checks
 

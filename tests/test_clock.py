@@ -353,12 +353,14 @@ def test_online_tracker_equals_a_direct_lookup():
 
 
 def test_availability_by_the_clock_in_a_run(fed):
-    """Offline at the round's start: failed; online at the start but gone before the update arrives: failed."""
+    """Blind selection (``choose_among="all"``): offline at the round's start: failed; online at the start but gone
+    before the update arrives: failed."""
     import dataclasses
 
     av = Availability.from_intervals([[(0, 1e6)], [(0, 0.5)], [(10, 1e6)], [(0, 1e6)], [(0, 1e6)], [(0, 1e6)]])
     p = _profiles(availability=av)
-    tr = _trainer(Scripted(choose=(0, 1, 2)), clients_per_round=3).fit(dataclasses.replace(fed, profiles=p))
+    tr = _trainer(Scripted(choose=(0, 1, 2)), clients_per_round=3, choose_among="all")
+    tr.fit(dataclasses.replace(fed, profiles=p))
     rec = tr.history_.rounds[0]
     assert rec.failed == [1, 2]
     assert rec.costs.local_trainings == 1
@@ -395,8 +397,8 @@ def test_time_to_accuracy():
 
 
 def test_default_runs_are_unchanged(fed, tmp_path):
-    """No profiles: no clock, no new fields, the same key; clock=True on homogeneous devices changes nothing
-    but the new fields."""
+    """No profiles: the default clock (homogeneous devices) adds only the time fields: the same selections and
+    bits as clock=False, the same key; clock=True on homogeneous devices keeps the same time."""
     import dataclasses
 
     kw = dict(rounds=3, clients_per_round=3)
@@ -404,13 +406,13 @@ def test_default_runs_are_unchanged(fed, tmp_path):
         plain = _trainer(sel, **kw).fit(fed).history_
         off = _trainer(sel, clock=False, **kw).fit(dataclasses.replace(fed, profiles=_profiles())).history_
         on = _trainer(sel, clock=True, **kw).fit(fed).history_
-        assert plain == off
-        assert all("sim_time" not in r.to_dict() and "sim_seconds" not in r.to_dict() for r in plain.rounds)
-        stripped = [dataclasses.replace(r, sim_seconds=None, sim_time=None) for r in on.rounds]
-        assert stripped == plain.rounds
-        assert all(r.sim_seconds > 0 for r in on.rounds)
-        times = [r.sim_time for r in on.rounds]
-        assert times == pytest.approx(np.cumsum([r.sim_seconds for r in on.rounds]).tolist())
+        assert all("sim_time" not in r.to_dict() and "sim_seconds" not in r.to_dict() for r in off.rounds)
+        stripped = [dataclasses.replace(r, sim_seconds=None, sim_time=None) for r in plain.rounds]
+        assert stripped == off.rounds
+        assert plain == on
+        assert all(r.sim_seconds > 0 for r in plain.rounds)
+        times = [r.sim_time for r in plain.rounds]
+        assert times == pytest.approx(np.cumsum([r.sim_seconds for r in plain.rounds]).tolist())
     assert set(trainer_identity(_trainer("random"))) == set(
         trainer_identity(
             FederatedTrainer(
@@ -431,10 +433,10 @@ def test_default_runs_are_unchanged(fed, tmp_path):
         )
     )
     assert not {"clock", "deadline", "overselect"} & set(trainer_identity(_trainer("random")))
-    plain_csv, on_csv = tmp_path / "a.csv", tmp_path / "b.csv"
+    off_csv, plain_csv = tmp_path / "a.csv", tmp_path / "b.csv"
+    off.to_csv(off_csv)
     plain.to_csv(plain_csv)
-    on.to_csv(on_csv)
-    assert "sim_time" not in plain_csv.read_text() and "sim_time" in on_csv.read_text()
+    assert "sim_time" not in off_csv.read_text() and "sim_time" in plain_csv.read_text()
 
 
 def test_determinism_with_heterogeneous_devices_and_availability(fed):
@@ -605,10 +607,10 @@ def test_sample_losses_with_batched_seeds(fed):
 @pytest.mark.parametrize(
     ("params", "match"),
     [
-        ({"deadline": 5.0}, "deadline=5.0 needs a clock"),
-        ({"query_timeout": 1.0}, "query_timeout=1.0 needs a clock"),
-        ({"straggler_policy": "overselect"}, "straggler_policy='overselect' needs a clock"),
-        ({"server_knows_profiles": True}, "server_knows_profiles=True needs a clock"),
+        ({"deadline": 5.0, "clock": False}, "deadline=5.0 needs a clock"),
+        ({"query_timeout": 1.0, "clock": False}, "query_timeout=1.0 needs a clock"),
+        ({"straggler_policy": "overselect", "clock": False}, "straggler_policy='overselect' needs a clock"),
+        ({"server_knows_profiles": True, "clock": False}, "server_knows_profiles=True needs a clock"),
         ({"deadline": 5.0, "clock": False}, "clock=False"),
     ],
 )

@@ -69,6 +69,8 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         "straggler_policy": "fail",
         "overselect": 1.3,
         "server_knows_profiles": False,
+        # with always-online clients online == all: only runs with availability intervals choose otherwise
+        "choose_among": "online",
         "device": "cpu",  # every run before devices trained on the CPU
         "engine": "eager",  # every run before the compiled path trained on the eager one
     },

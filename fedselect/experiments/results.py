@@ -67,7 +67,10 @@ def _fmt_mean_std(values: Sequence[float], digits: int = 1) -> str:
 
 
 def _clocked(h: History) -> bool:
-    """Whether a run kept simulated time (its records carry ``sim_time``; a Flower run's do not)."""
+    """Whether a run kept simulated time for comparisons (its records carry ``sim_time``; a Flower run's do not;
+    the trainer's default clock, which only records time on homogeneous devices, is left to the run's records)."""
+    if h.config.get("clock") == "recorded-only":
+        return False
     return any(r.sim_time is not None for r in h.rounds)
 
 

@@ -9,7 +9,7 @@ from sklearn.utils import check_random_state
 
 from .._validation import StrOptions
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, available_clients
 
 __all__ = ["DataSizeSelector"]
 
@@ -92,7 +92,19 @@ class DataSizeSelector(BaseSelector):
         """FLSim's per-client probabilities ``min(1, n * p_k)`` before the empty-draw redraw."""
         return np.minimum(1.0, n * self.weights_)
 
+    chooses_available = True
+
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
+        online = available_clients(oracle)
+        if online is not None:  # the same rule over the clients online at the round's start, p_k renormalised
+            p = self.weights_[online] / self.weights_[online].sum()
+            if self.mode == "textbook":
+                return Selection(self.rng_.choice(online, size=n, replace=False, p=p))
+            pi = np.minimum(1.0, n * p)
+            while True:
+                chosen = online[self.rng_.random_sample(online.size) < pi]
+                if chosen.size:
+                    return Selection(chosen)
         if self.mode == "textbook":
             return Selection(self.rng_.choice(self.n_clients_, size=n, replace=False, p=self.weights_))
         pi = self.inclusion_probabilities(n)

@@ -10,7 +10,7 @@ from sklearn.utils import check_random_state
 
 from .._validation import Interval
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, available_clients
 
 __all__ = ["PowerOfChoiceSelector"]
 
@@ -92,6 +92,8 @@ class PowerOfChoiceSelector(BaseSelector):
         self.last_candidates_ = None
         self.last_losses_ = None
 
+    chooses_available = True
+
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
         d = min(2 * n if self.d is None else int(self.d), self.n_clients_)
         if d < n:
@@ -99,7 +101,12 @@ class PowerOfChoiceSelector(BaseSelector):
                 f"{type(self).__name__}: parameter d={self.d!r} is smaller than the n={n} clients requested; "
                 "expected d >= n (or d=None for 2n)"
             )
-        candidates = self.rng_.choice(self.n_clients_, size=d, replace=False, p=self.weights_)
+        online = available_clients(oracle)
+        if online is None:
+            candidates = self.rng_.choice(self.n_clients_, size=d, replace=False, p=self.weights_)
+        else:  # the d candidates among the clients online at the round's start, p_k renormalised
+            p = self.weights_[online] / self.weights_[online].sum()
+            candidates = self.rng_.choice(online, size=min(d, online.size), replace=False, p=p)
         losses = np.asarray(oracle.losses(candidates), dtype=np.float64)
         # Largest loss first; NaN (no answer) last; stable keeps draw order on ties.
         order = np.argsort(-np.nan_to_num(losses, nan=-np.inf, posinf=np.inf), kind="stable")

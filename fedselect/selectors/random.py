@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from sklearn.utils import check_random_state
 
 from ..hookspecs import hookimpl
-from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
+from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, available_clients
 
 __all__ = ["RandomSelector"]
 
@@ -74,7 +74,14 @@ class RandomSelector(BaseSelector):
     def _fit(self, pool: ClientPool) -> None:
         self.rng_ = check_random_state(self.random_state)
 
+    chooses_available = True
+
     def _select(self, n: int, *, round: int, oracle: ClientOracle) -> Selection:
+        online = available_clients(oracle)
+        if online is not None:  # uniform among the clients online at the round's start
+            if self.replace:
+                return Selection(online[self.rng_.randint(0, online.size, size=n)])
+            return Selection(self.rng_.choice(online, size=n, replace=False))
         if self.replace:
             return Selection(self.rng_.randint(0, self.n_clients_, size=n))
         return Selection(self.rng_.choice(self.n_clients_, size=n, replace=False))

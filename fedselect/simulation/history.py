@@ -206,6 +206,10 @@ class History:
                 return None if r.sim_time is None else float(r.sim_time)
         return None
 
+    def rounds_trained_nobody(self) -> int:
+        """The rounds in which no chosen client reported (every one ``failed``): they trained nobody."""
+        return sum(1 for r in self.rounds if len(r.failed) >= len(r.clients))
+
     def final_accuracy(self) -> float | None:
         acc = self.accuracies()
         return acc[-1][1] if acc else None

@@ -6,6 +6,7 @@ import math
 import os
 import random
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -49,10 +50,19 @@ from .engine import DEVICE_CONSTRAINTS, LOSSES, Engine, LocalSchedule, aggregate
 from .history import History, RoundRecord
 from .models import build_model
 
-__all__ = ["DivergenceError", "FederatedTrainer", "SimulationOracle", "TestRequest", "TrainingRequest", "lr_at"]
+__all__ = [
+    "DivergenceError",
+    "FederatedTrainer",
+    "SimulationOracle",
+    "TestRequest",
+    "TrainedNobodyWarning",
+    "TrainingRequest",
+    "lr_at",
+]
 
 _AGGREGATIONS = ("mean", "data-size")
 STRAGGLER_POLICIES = ("fail", "overselect")
+CHOOSE_AMONG = ("online", "all")
 _CEIL_EPS = 1e-9  # absorbs float error in ceil(K * overselect), e.g. 10 * 1.1 = 11.000000000000002
 
 
@@ -243,6 +253,12 @@ class SimulationOracle(ClientOracle):
     sample_losses : bool, default False
         Every local training also computes each client's mean squared per-sample loss, sent
         with its update (one scalar up per reporter) as ``Reports.sample_loss_sq``.
+    available : ndarray of int, optional
+        The clients online at the round's start, the candidates :meth:`available` gives the selector;
+        None: every client.
+    observed : bool, default True
+        With a clock: the reporters' durations and the timed-out clients go to the reports. False
+        (the default clock, which only records time): they do not.
     """
 
     def __init__(
@@ -266,6 +282,8 @@ class SimulationOracle(ClientOracle):
         clock: RoundClock | None = None,
         keep: int | None = None,
         sample_losses: bool = False,
+        available: np.ndarray | None = None,
+        observed: bool = True,
     ) -> None:
         self.ledger = ledger
         self.round = ledger.round
@@ -288,6 +306,8 @@ class SimulationOracle(ClientOracle):
         self.clock = clock
         self._keep = keep
         self._sample_losses = bool(sample_losses)
+        self._available = None if available is None else np.asarray(available, dtype=np.int64)
+        self._observed = bool(observed)
         self._sample_sq: dict[int, float] = {}  # each trained client's mean squared per-sample loss
         self._timed_out: tuple[np.ndarray, np.ndarray] | None = None  # the clock's censored clients this round
         self._started: _Started | None = None  # run_selection between its halves
@@ -502,6 +522,10 @@ class SimulationOracle(ClientOracle):
         gone = set(reached[late].tolist())
         return [None if k in gone else r for k, r in zip(ids.tolist(), rows)]
 
+    def available(self) -> np.ndarray | None:
+        """The clients online at the round's start (sorted ids), None when every client is a candidate."""
+        return None if self._available is None else self._available.copy()
+
     def global_parameters(self) -> np.ndarray:
         return self._theta.numpy().astype(np.float32, copy=True)
 
@@ -539,7 +563,7 @@ class SimulationOracle(ClientOracle):
         per-sample loss (when asked)."""
         reporters, updates, losses = self._finish_selection(reply)
         durations = timed_out = after = None
-        if self.clock is not None:
+        if self.clock is not None and self._observed:
             durations = self.clock.spent[reporters].copy()
             timed_out, after = self._timed_out if self._timed_out is not None else (np.zeros(0, np.int64), np.zeros(0))
         sq = None
@@ -723,10 +747,11 @@ class FederatedTrainer(BaseEstimator):
         code from the file: only for a ``checkpoint_dir`` no one else can write to.
     clock : bool or None, default None
         Keep simulated time (:mod:`fedselect.clock`): each round lasts its critical path on the
-        clients' device profiles and every record gets ``sim_seconds`` and ``sim_time``. None: a
-        clock runs when the federation has ``profiles``; True: always (homogeneous profiles,
-        :func:`fedselect.profiles.homogeneous`, when it has none); False: never. See
-        :ref:`user_guide_time`.
+        clients' device profiles and every record gets ``sim_seconds`` and ``sim_time``. None: always, on
+        the federation's ``profiles`` or else on homogeneous devices (:func:`fedselect.profiles.homogeneous`)
+        that only record time: selectors observe no durations and Oort's over-commitment is not cut, so
+        every selection is what it was before runs had a default clock; True: always, the homogeneous
+        default observed like declared profiles; False: never. See :ref:`user_guide_time`.
     deadline : float or None, default None
         Seconds a chosen client has for its training exchange (download, local training, upload,
         after the round's oracle questions); a client past it is a straggler, handled by
@@ -743,6 +768,11 @@ class FederatedTrainer(BaseEstimator):
     overselect : float, default 1.3
         The over-selection factor of ``straggler_policy="overselect"`` (1.3: FedScale's default
         over-commitment).
+    choose_among : {"online", "all"}, default "online"
+        With availability intervals (profiles): ``"online"`` lets the selector choose only among the
+        clients online at the round's start (:meth:`ClientOracle.available`), all of them when fewer than
+        ``clients_per_round`` are; ``"all"`` reproduces blind selection (offline picks fail at once), for
+        studies. See :ref:`user_guide_availability`.
     server_knows_profiles : bool, default False
         Give the clock's profiles to a selector that takes a ``profiles`` parameter (left None)
         before it is fitted: the server knows the declared devices. False: the selector learns
@@ -833,6 +863,7 @@ class FederatedTrainer(BaseEstimator):
         query_timeout: float | None = None,
         straggler_policy: str = "fail",
         overselect: float = 1.3,
+        choose_among: str = "online",
         server_knows_profiles: bool = False,
         device: str | torch.device = "cpu",
         engine: str = "eager",
@@ -873,6 +904,7 @@ class FederatedTrainer(BaseEstimator):
         self.query_timeout = query_timeout
         self.straggler_policy = straggler_policy
         self.overselect = overselect
+        self.choose_among = choose_among
         self.server_knows_profiles = server_knows_profiles
         self.device = device
         self.engine = engine
@@ -918,6 +950,7 @@ class FederatedTrainer(BaseEstimator):
         "query_timeout": [None, Interval(Real, 0, None, closed="neither")],
         "straggler_policy": [StrOptions(STRAGGLER_POLICIES)],
         "overselect": [Interval(Real, 1, None, closed="left")],
+        "choose_among": [StrOptions(CHOOSE_AMONG)],
         "server_knows_profiles": ["boolean"],
         "device": DEVICE_CONSTRAINTS,  # a name or torch.device this machine has (resolve_device)
         "engine": [StrOptions(PATHS)],  # Engine's path: eager (the reference) or compiled
@@ -953,6 +986,12 @@ class FederatedTrainer(BaseEstimator):
                 f"FederatedTrainer: target_accuracy={self.target_accuracy!r} but the federation's targets are floats "
                 "(regression), which have no accuracy; set target_accuracy=None and read the test loss in history_"
             )
+        if self.overselect != 1.3 and self.straggler_policy != "overselect":
+            allowed = (
+                f"left at 1.3 unless straggler_policy='overselect' (it is {self.straggler_policy!r}, which "
+                "ignores overselect); pass straggler_policy='overselect' to over-select"
+            )
+            check_param(self, "overselect", self.overselect, False, allowed)
         self._report_prob = self._report_probabilities(fed)  # kept for fit: a callable availability runs once
         self._profiles = self._clock_profiles(fed)
         s = self.lr_schedule
@@ -1057,17 +1096,18 @@ class FederatedTrainer(BaseEstimator):
         from ..profiles import homogeneous
 
         profiles = getattr(fed, "profiles", None)
-        if self.clock is False or (self.clock is None and profiles is None):
-            needing = {"deadline": self.deadline is not None, "query_timeout": self.query_timeout is not None,
-                       "straggler_policy": self.straggler_policy != "fail",
-                       "server_knows_profiles": bool(self.server_knows_profiles)}
+        needing = {"deadline": self.deadline is not None, "query_timeout": self.query_timeout is not None,
+                   "straggler_policy": self.straggler_policy != "fail",
+                   "server_knows_profiles": bool(self.server_knows_profiles)}
+        # The default clock on homogeneous devices only records time (see ``clock``): what the round does
+        # and what the selector observes stay as without a clock. Anything that asks for time observes it.
+        self._clock_observed = profiles is not None or self.clock is True or any(needing.values())
+        if self.clock is False:
             for name, set_ in needing.items():
                 if set_:
                     raise ValueError(
-                        f"FederatedTrainer: parameter {name}={getattr(self, name)!r} needs a clock, but "
-                        f"{'clock=False' if self.clock is False else 'the federation has no profiles'}; give the "
-                        "federation profiles (Federation(..., profiles=...), fedselect.profiles) or pass clock=True "
-                        "(homogeneous devices)"
+                        f"FederatedTrainer: parameter {name}={getattr(self, name)!r} needs a clock, but clock=False; "
+                        "pass clock=None or clock=True (homogeneous devices when the federation has no profiles)"
                     )
             return None
         return homogeneous(fed.n_clients) if profiles is None else profiles
@@ -1153,7 +1193,7 @@ class FederatedTrainer(BaseEstimator):
         from ..experiments.provenance import checkpoint_fingerprint
 
         out = checkpoint_fingerprint(self, fed, selector, theta0)
-        if self._profiles is not None:  # the clock's devices fix which clients fail and when
+        if self._profiles is not None and self._clock_observed:  # the clock's devices fix which clients fail and when
             out["clock.profiles"] = self._profiles.fingerprint()
         return out
 
@@ -1276,6 +1316,8 @@ class FederatedTrainer(BaseEstimator):
             "selector": {"name": type(selector).__name__, "params": _plain(selector.get_params(deep=False))},
             "federation": _plain(getattr(fed, "metadata", {})),
             "n_clients": fed.n_clients,
+            # the default clock only records time (see ``clock``): comparisons keep to rounds for such runs
+            **({"clock": "recorded-only"} if not self._clock_observed and self._profiles is not None else {}),
         }
 
 
@@ -1454,12 +1496,18 @@ class _Fit:
         fed = tr._fed
         n = tr.clients_per_round
         unavailable = tr._unavailable(t)
-        rc = keep = None
+        rc = keep = online = None
         if tr._clock is not None:
             rc = tr._clock.start_round()
             if rc.offline.size:  # offline at the round's start: failed, as the per-round draw's clients are
                 unavailable = np.union1d(unavailable, rc.offline)
-            n, keep = tr._round_size(self.selector, fed.n_clients)
+            if tr._clock_observed:
+                n, keep = tr._round_size(self.selector, fed.n_clients)
+            if rc.offline.size and tr.choose_among == "online" and rc.offline.size < fed.n_clients:
+                # the server chooses among the clients that checked in; all of them when fewer than asked
+                online = np.setdiff1d(np.arange(fed.n_clients), rc.offline, assume_unique=True)
+                n = min(n, int(online.size))
+                keep = None if keep is None else min(keep, n)
         ledger = RoundLedger(fed.n_clients, t, unavailable=unavailable)
         oracle = SimulationOracle(
             tr._engine,
@@ -1480,6 +1528,8 @@ class _Fit:
             clock=rc,
             keep=keep,
             sample_losses="sample_losses" in self.selector.needs,
+            available=online,
+            observed=tr._clock_observed,
         )
         record = RoundRecord(round=t, clients=[], weights=[], lr=lr)
         opened = open_round(oracle, oracle, self.selector, n, self.theta, round=t, n_clients=fed.n_clients,
@@ -1573,11 +1623,39 @@ class _Fit:
         if self.ckpt_path is not None and not self.finished:
             tr._write_checkpoint(self.ckpt_path, self.fingerprint, self.theta, self.selector, self.history,
                                  len(self.history.rounds), True)
+        _warn_trained_nobody(self.history, tr)
         tr.parameters_ = self.theta.numpy().copy()
         tr.buffers_ = {k: v.numpy().copy() for k, v in (tr._buffers or {}).items()}
         tr.model_ = tr._engine.module_at(self.theta, tr._buffers)
         self.phase = "done"
         self.close()
+
+
+class TrainedNobodyWarning(RuntimeWarning):
+    """Rounds of a run trained nobody: every chosen client failed (offline, past the deadline or the timeout)."""
+
+
+def _warn_trained_nobody(history: History, trainer: Any) -> None:
+    """One warning per run counting its rounds in which no chosen client reported (``rounds_trained_nobody``)."""
+    empty = history.rounds_trained_nobody()
+    if not empty:
+        return
+    n = len(history.rounds)
+    settings = ", ".join(
+        f"{k}={getattr(trainer, k)!r}" for k in ("deadline", "query_timeout") if getattr(trainer, k) is not None
+    )
+    if empty == n:
+        msg = (
+            f"FederatedTrainer: the run trained nobody at all: in every one of its {n} rounds every chosen client "
+            f"failed, so the model is the initial one. Check the deadline and query timeout ({settings or 'none set'}) "
+            "against the devices, and the availability (is any client ever online?)"
+        )
+    else:
+        msg = (
+            f"FederatedTrainer: {empty} of {n} rounds trained nobody (every chosen client failed); each lasted what "
+            "the server waited. history_.rounds_trained_nobody() counts them"
+        )
+    warnings.warn(msg, TrainedNobodyWarning, stacklevel=5)  # _warn, _end, step, fit: the caller of fit
 
 
 def _get_rng_state() -> dict[str, Any]:
