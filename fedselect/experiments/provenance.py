@@ -69,6 +69,7 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         "straggler_policy": "fail",
         "overselect": 1.3,
         "server_knows_profiles": False,
+        "time_budget": None,  # every run before time budgets ran to its round cap (or its target)
         "device": "cpu",  # every run before devices trained on the CPU
         "engine": "eager",  # every run before the compiled path trained on the eager one
     },

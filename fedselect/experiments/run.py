@@ -63,6 +63,7 @@ def run_comparison(
     jobs: int | str = 1,
     ray_address: str | None = None,
     batch_seeds: bool | int = False,
+    time_budget: float | None = None,
 ) -> Comparison:
     """Run every scheme with every seed on the same federations and training streams.
 
@@ -142,6 +143,10 @@ def run_comparison(
         Train the runs of one scheme that differ only in their seed as one computation
         (:func:`fedselect.simulation.batched.fit_runs`): ``True`` all its seeds at once, an
         int N >= 2 up to N seeds at once, ``False`` (or 0, 1) one run at a time. See Notes.
+    time_budget : float, optional
+        Seconds of simulated time every scheme's runs may use (the trainer's ``time_budget``,
+        set for every scheme alike; also accepted in ``trainer``, not both). It is then the
+        horizon of the comparison's time verdicts (:meth:`Comparison.horizon`).
 
     Returns
     -------
@@ -155,6 +160,13 @@ def run_comparison(
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None
+    if time_budget is not None:
+        if trainer.get("time_budget") is not None and trainer["time_budget"] != time_budget:
+            raise ValueError(
+                f"run_comparison: time_budget={time_budget!r} and trainer['time_budget']={trainer['time_budget']!r} "
+                "disagree; give it once"
+            )
+        trainer = {**trainer, "time_budget": time_budget}
     # Everything checkable before hours of work: selectors and their parameters, the trainer's, seeds, labels, out.
     built = check_plan(selectors, trainer=trainer, seeds=seeds, out_dir=out, federation=federation)
     table = selector_table(selectors)
