@@ -324,7 +324,7 @@ def test_no_selection_picture_is_drawn_from_histories_that_keep_no_chosen_client
             for r in h.rounds:
                 r.clients, r.weights = [], []
     names = [p.name for p in compact.plot(tmp_path / "compact")]
-    assert names == ["accuracy.png", "communication.png"]
+    assert names == ["accuracy.png", "reached.png", "communication.png"]
     assert not (tmp_path / "compact" / "selection_frequency.png").exists()
 
 

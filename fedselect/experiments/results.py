@@ -706,11 +706,14 @@ class Comparison:
         return text
 
     def plot(self, out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
-        """Write accuracy.png, selection_frequency.png and communication.png; return their paths.
+        """Write accuracy.png, reached.png, selection_frequency.png and communication.png; return their paths.
 
-        When a run kept simulated time (:meth:`has_clock`), also accuracy_time.png: accuracy
-        against simulated seconds, with the same marks (:func:`~fedselect.plotting.plot_accuracy`
-        with ``x="time"``), right after accuracy.png.
+        reached.png is the fraction of each scheme's seeds at the target against rounds, with the
+        round horizon marked (:func:`~fedselect.plotting.plot_reached`). When a run kept simulated
+        time (:meth:`has_clock`), also accuracy_time.png (accuracy against simulated seconds, with
+        the same marks, :func:`~fedselect.plotting.plot_accuracy` with ``x="time"``) and
+        reached_time.png (the fraction at the target against simulated seconds, the time horizon
+        H marked).
 
         A report of other runs in the folder is first moved aside, as :meth:`write` does.
         """
@@ -720,7 +723,7 @@ class Comparison:
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from ..plotting import figure_size, plot_accuracy, plot_communication, plot_selection_frequency
+        from ..plotting import figure_size, plot_accuracy, plot_communication, plot_reached, plot_selection_frequency
 
         out = Path(out_dir or self.out_dir or ".")
         out.mkdir(parents=True, exist_ok=True)
@@ -737,6 +740,18 @@ class Comparison:
                 lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title, failed=failed, x="time"),
             ),
             (
+                "reached.png",
+                lambda ax: plot_reached(
+                    res, self.target, ax=ax, title=self.title, failed=failed, horizon=self.horizon("rounds")[0]
+                ),
+            ),
+            (
+                "reached_time.png",
+                lambda ax: plot_reached(
+                    res, self.target, x="time", ax=ax, title=self.title, failed=failed, horizon=self.horizon("time")[0]
+                ),
+            ),
+            (
                 "selection_frequency.png",
                 lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax, title=self.title),
             ),
@@ -750,7 +765,7 @@ class Comparison:
             # picture of them would be empty, so none is drawn and an earlier one is left as it is.
             pictures = [p for p in pictures if p[0] != "selection_frequency.png"]
         if not self.has_clock():  # no simulated time to draw against: the pictures are what they always were
-            pictures = [p for p in pictures if p[0] != "accuracy_time.png"]
+            pictures = [p for p in pictures if p[0] not in ("accuracy_time.png", "reached_time.png")]
         for name, draw in pictures:
             size = figure_size(name.removesuffix(".png"), list(res), self.n_clients)
             fig, ax = plt.subplots(figsize=size, constrained_layout=True)
@@ -901,6 +916,8 @@ REPORT_FILES = (
     "selection_frequency.png",
     "communication.png",
     "accuracy_time.png",
+    "reached.png",
+    "reached_time.png",
 )
 """The files of a comparison's report in its folder (``paired.md`` is written by the command line;
 ``accuracy_time.png`` only when runs kept simulated time)."""
