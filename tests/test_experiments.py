@@ -424,7 +424,7 @@ def test_by_default_time_is_read_at_the_earliest_end_of_a_miss_for_every_scheme(
     comp = _timed_comparison()  # fast's seed 1 missed and ended at 21 s: no scheme is observed longer than that
     assert comp.horizon("time") == (
         21.0,
-        "the earliest end of a run that missed the target (the longest time every run was observed for)",
+        "the earliest end of a run that missed the target: the longest time every run was observed for",
     )
     rows = {r["scheme"]: r for r in comp.rows()}
     assert rows["random"]["time_to_target_each"] == [None, None]  # its hits at 30 s and 40 s lie past H: censored

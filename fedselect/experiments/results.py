@@ -209,12 +209,10 @@ class Comparison:
         if budget is not None and (earliest is None or earliest >= budget):
             return float(budget), "the time budget every run was given"
         if earliest is not None:
-            return float(
-                earliest
-            ), "the earliest end of a run that missed the target (the longest time every run was observed for)"
-        return float(
-            max(_end_time(h) or 0.0 for h in clocked)
-        ), "the latest end of a run (every run reached the target)"
+            rule = "the earliest end of a run that missed the target: the longest time every run was observed for"
+            return float(earliest), rule
+        latest = max(_end_time(h) or 0.0 for h in clocked)
+        return float(latest), "the latest end of a run (every run reached the target)"
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per scheme: rounds to target, accuracies and costs to the target.
