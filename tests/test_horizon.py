@@ -100,19 +100,40 @@ def test_no_hit_anywhere_gives_no_p_value():
 
 
 def test_a_run_that_stopped_early_is_censored_at_the_shared_horizon_not_at_its_own_end():
-    # "budgeted" stopped after 6 of its 20 rounds (a time budget) without reaching the target; random reaches it in
-    # round 12 of 20 on every seed. On rounds the horizon is the round budget (20): the miss counts 21, not 7.
+    # On rounds the horizon is the round budget (20): a miss that ran it counts 21, as always, and a run that
+    # stopped at its target (round 3 of 20) is a hit, not a horizon.
     comp = Comparison(
         {
             "random": {s: _run([0.1] * 11 + [0.9], 10.0, rounds=20) for s in range(6)},
-            "budgeted": {s: _run([0.1] * 6, 10.0, rounds=20) for s in range(6)},
+            "quick": {s: _run([0.1, 0.1, 0.9], 10.0, rounds=20) for s in range(6)},
+            "missing": {s: _run([0.1] * 20, 10.0, rounds=20) for s in range(6)},
         },
         target=0.8,
         n_clients=1,
     )
     assert comp.horizon("rounds") == (20.0, "the round budget")
-    (row,) = comp.paired("random")
-    assert row["diffs"] == [21.0 - 12.0] * 6 and row["faster"] == 6  # today: 7 - 12 < 0, "budgeted" faster
+    rows = {r["scheme"]: r for r in comp.paired("random")}
+    assert rows["quick"]["diffs"] == [3.0 - 12.0] * 6 and rows["missing"]["diffs"] == [21.0 - 12.0] * 6
+    # "budgeted" stopped after 6 of its 20 rounds (a time budget) without reaching the target, while random reached
+    # it in round 12: today "budgeted" counted 7 rounds and was faster on every seed. Nobody was observed to round 12
+    # in it, so the round horizon is 6, random's hits lie past it, and no pair carries information.
+    comp.histories["budgeted"] = {s: _run([0.1] * 6, 10.0, rounds=20, time_budget=60.0) for s in range(6)}
+    assert comp.horizon("rounds")[0] == 6.0
+    budgeted = {r["scheme"]: r for r in comp.paired("random")}["budgeted"]
+    assert budgeted["diffs"] == [0.0] * 6 and budgeted["informative"] == 0 and not budgeted["verdict"]
+
+
+def test_a_diverged_run_counts_as_a_miss_at_the_round_budget_not_at_the_longest_run():
+    # random stops at its target in round 12 of a 20-round budget; "div" diverged on every seed (no history)
+    failure = {"type": "DivergenceError", "message": "the loss is nan", "round": 3, "rounds_completed": 3}
+    comp = Comparison(
+        {"random": {s: _run([0.1] * 11 + [0.9], 10.0, rounds=20) for s in range(6)}, "div": {}},
+        target=0.8,
+        n_clients=1,
+        failed={"div": {s: dict(failure) for s in range(6)}},
+    )
+    (row,) = comp.paired("random", diverged="not-reached")
+    assert row["diffs"] == [21.0 - 12.0] * 6  # today: the longest run (12) + 1 = 13, one round behind random
 
 
 def test_a_run_that_stopped_at_its_target_does_not_lower_the_time_horizon():

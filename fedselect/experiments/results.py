@@ -183,7 +183,8 @@ class Comparison:
         time every run was observed for. Without a budget it is that earliest end of a miss; when
         every run reached the target, the latest end of any run (nothing is censored). A run that
         stopped at its target, or diverged, does not lower H. On rounds, H is the round budget
-        (the smallest ``rounds`` the runs record; else the longest run), as the tables always had.
+        (the smallest ``rounds`` the runs record; else the longest run), as the tables always had,
+        lowered the same way to the earliest end of a miss that stopped before it (a time budget).
         """
         if metric not in ("rounds", "time"):
             raise ValueError(f"Comparison.horizon: metric={metric!r}; expected 'rounds' or 'time'")
@@ -193,8 +194,13 @@ class Comparison:
                 return float(horizon), "given"
             caps = [_trainer_setting(h, "rounds") for h in every]
             if every and all(isinstance(c, int) and not isinstance(c, bool) for c in caps):
-                return float(min(caps)), "the round budget"
-            return float(max((len(h) for h in every), default=0)), "the longest run's rounds"
+                cap, rule = float(min(caps)), "the round budget"
+            else:
+                cap, rule = float(max((len(h) for h in every), default=0)), "the longest run's rounds"
+            short = min((len(h) for h in every if h.rounds_to_accuracy(self.target) is None), default=cap)
+            if short < cap:  # a miss stopped before the round budget (a time budget): it was observed no longer
+                return float(short), "the earliest end of a run that missed the target, before the round budget"
+            return cap, rule
         if horizon is not None:
             return float(horizon), "given"
         if self.time_horizon is not None:
