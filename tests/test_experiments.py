@@ -448,7 +448,8 @@ def test_without_a_clock_the_reports_have_no_time(tmp_path):
     # paired.md: one family, no word of time
     assert comp.paired_report("random") == (
         "Paired by seed against random (rounds to 80%; a run that has not reached it by the round budget is "
-        f"censored there and counts as the budget + 1; two-sided Wilcoxon signed-rank test)\n\n{comp.paired_markdown('random')}\n"
+        "censored there and counts as the budget + 1; two-sided Wilcoxon signed-rank test)\n\n"
+        f"{comp.paired_markdown('random')}\n"
     )
     assert "family 1" not in comp.paired_report("random")
     assert "accuracy_time.png" not in [p.name for p in comp.plot(tmp_path)]
