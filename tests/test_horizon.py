@@ -277,3 +277,21 @@ def test_run_comparison_gives_every_scheme_the_budget():
     with pytest.raises(ValueError, match="disagree"):
         run_comparison(["random"], federation={"n_clients": 4}, trainer={"time_budget": 5.0}, time_budget=6.0)
     assert np.isfinite(comp.horizon("rounds")[0])
+
+
+def test_the_command_line_gives_every_scheme_the_time_budget_and_states_the_horizon(tmp_path, capsys):
+    from fedselect.cli import main
+
+    args = ["compare", "--preset", "none", "--selectors", "random", "round-robin", "--seeds", "0", "1"]
+    args += ["--n-clients", "8", "--clients-per-round", "2", "--rounds", "200", "--model", "logistic"]
+    args += ["--local-steps", "2", "--profiles", "mobile", "--time-budget", "30", "--target", "0.99"]
+    assert main([*args, "--no-progress", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (
+        summary["horizon"]["time"] == 30.0 and summary["horizon"]["time_rule"] == "the time budget every run was given"
+    )
+    ends = [r["sim_time"] for r in summary["rows"]]
+    assert all(30.0 <= e for e in ends)
+    out = capsys.readouterr().out
+    assert "Horizon H = 30.0 simulated s for every scheme (the time budget every run was given)" in out
+    assert (tmp_path / "reached_time.png").exists()
