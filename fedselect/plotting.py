@@ -9,7 +9,14 @@ import numpy as np
 
 from .simulation.history import History
 
-__all__ = ["describe_setting", "plot_accuracy", "plot_communication", "plot_selection_frequency"]
+__all__ = [
+    "describe_setting",
+    "plot_accuracy",
+    "plot_communication",
+    "plot_reached",
+    "plot_selection_frequency",
+    "reached_fraction",
+]
 
 # Federation metadata that is not a partition parameter (the rest, e.g. shards_per_client or alpha, is).
 _NOT_PARTITION_PARAMS = (
@@ -125,13 +132,28 @@ def _axes(ax: Any, figsize: tuple[float, float] = (7.0, 4.5)) -> Any:
     return ax
 
 
+def _carried(points: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and std over runs of step functions ``(x, value)``, each carried at its last value past its end.
+
+    The grid is every run's x from the latest first one to the latest last one: each point
+    averages every run, a run that ended (a round budget spent early, the target reached, fewer
+    rounds) counting with the value it ended at, so no curve stops at the earliest-ending run.
+    """
+    if not points:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    lo, hi = max(x[0] for x, _ in points), max(x[-1] for x, _ in points)
+    grid = np.unique(np.concatenate([x[(x >= lo) & (x <= hi)] for x, _ in points]))
+    if grid.size == 0:
+        return grid, grid, grid
+    acc = np.array([v[np.searchsorted(x, grid, side="right") - 1] for x, v in points])
+    return grid, acc.mean(0), acc.std(0)
+
+
 def _time_curve(histories: Sequence[History]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean and std of test accuracy over runs against simulated seconds, on the times every run covers.
+    """Mean and std of test accuracy over runs against simulated seconds, each run carried at its last value.
 
     A run's accuracy at time t is that of its last evaluated round ended by t (a step function:
-    the model the server holds then). The grid is every run's evaluation times between the
-    latest first evaluation and the earliest last one, so each point averages every run, as the
-    rounds curve averages the rounds every run evaluated.
+    the model the server holds then), and after its last round the accuracy it ended with.
     """
     per_run = []
     for h in histories:
@@ -141,22 +163,128 @@ def _time_curve(histories: Sequence[History]) -> tuple[np.ndarray, np.ndarray, n
         if not pts:
             return np.zeros(0), np.zeros(0), np.zeros(0)
         per_run.append((np.array([t for t, _ in pts], dtype=float), np.array([a for _, a in pts], dtype=float)))
-    if not per_run:
-        return np.zeros(0), np.zeros(0), np.zeros(0)
-    lo, hi = max(t[0] for t, _ in per_run), min(t[-1] for t, _ in per_run)
-    grid = np.unique(np.concatenate([t[(t >= lo) & (t <= hi)] for t, _ in per_run]))
-    if grid.size == 0:
-        return grid, grid, grid
-    acc = np.array([a[np.searchsorted(t, grid, side="right") - 1] for t, a in per_run])
-    return grid, acc.mean(0), acc.std(0)
+    return _carried(per_run)
 
 
 def _curve(histories: Sequence[History]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean and std of test accuracy per round over runs (rounds evaluated in every run)."""
-    per_run = [dict(h.accuracies()) for h in histories]
-    rounds = sorted(set.intersection(*(set(d) for d in per_run))) if per_run else []
-    acc = np.array([[d[r] for r in rounds] for d in per_run]) if rounds else np.zeros((0, 0))
-    return np.array(rounds) + 1, acc.mean(0) if acc.size else acc, acc.std(0) if acc.size else acc
+    """Mean and std of test accuracy per round over runs (rounds counted from 1), each carried at its last value."""
+    per_run = []
+    for h in histories:
+        pts = h.accuracies()
+        if not pts:
+            return np.zeros(0), np.zeros(0), np.zeros(0)
+        per_run.append((np.array([r + 1 for r, _ in pts], dtype=float), np.array([a for _, a in pts], dtype=float)))
+    return _carried(per_run)
+
+
+def reached_fraction(
+    histories: Sequence[History], target: float, *, x: str = "rounds", n_failed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fraction of runs at the target against rounds or simulated seconds: a step function.
+
+    Parameters
+    ----------
+    histories : sequence of History
+        One scheme's finished runs.
+    target : float
+    x : {"rounds", "time"}, default "rounds"
+        Rounds to the target (:meth:`History.rounds_to_accuracy`) or simulated seconds to it.
+    n_failed : int, default 0
+        Failed runs, which never reach it but count in the denominator.
+
+    Returns
+    -------
+    xs, fraction : ndarray
+        ``fraction[i]`` of the runs had reached the target by ``xs[i]`` (``xs[0]`` is 0, fraction 0).
+
+    Examples
+    --------
+    >>> from fedselect.simulation.history import History, RoundRecord
+    >>> def run(accs):
+    ...     return History([RoundRecord(round=t, clients=[0], weights=[1.0], lr=0.1, test_accuracy=a)
+    ...                     for t, a in enumerate(accs)])
+    >>> reached_fraction([run([0.5, 0.9]), run([0.9]), run([0.1])], 0.8)
+    (array([0., 1., 2.]), array([0.        , 0.33333333, 0.66666667]))
+    """
+    if x not in ("rounds", "time"):
+        raise ValueError(f"reached_fraction: x={x!r}; expected 'rounds' or 'time'")
+    n = len(histories) + int(n_failed)
+    hits = [h.time_to_accuracy(target) if x == "time" else h.rounds_to_accuracy(target) for h in histories]
+    xs = np.array(sorted({0.0, *(float(v) for v in hits if v is not None)}))
+    done = np.array(sorted(float(v) for v in hits if v is not None))
+    frac = np.searchsorted(done, xs, side="right") / n if n else np.zeros(xs.size)
+    return xs, frac
+
+
+def plot_reached(
+    results: Mapping[str, Sequence[History]],
+    target: float,
+    *,
+    x: str = "rounds",
+    horizon: float | None = None,
+    ax: Any = None,
+    title: str | None = None,
+    failed: Mapping[str, int] | None = None,
+    setting: bool = True,
+) -> Any:
+    """The fraction of each scheme's seeds at the target against rounds or simulated seconds (steps).
+
+    What happened to every seed, including those that never reached the target (the curve stays
+    below 1) or failed (counted in the denominator): :func:`reached_fraction` per scheme. With a
+    ``horizon`` a dotted vertical line marks H, where the comparison's verdicts are read.
+
+    Parameters
+    ----------
+    results : mapping
+        Label -> the histories of that scheme (one per seed).
+    target : float
+    x : {"rounds", "time"}, default "rounds"
+    horizon : float, optional
+        The comparison's horizon in x's unit (:meth:`~fedselect.experiments.Comparison.horizon`).
+    ax : matplotlib Axes, optional
+    title : str, optional
+    failed : mapping, optional
+        Label -> number of failed runs.
+    setting : bool, default True
+        Add the setting the runs share (:func:`describe_setting`) to the title.
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    on_time = x == "time"
+    ax = _axes(ax, figure_size("accuracy", list(results)))
+    failed = dict(failed or {})
+    end = 0.0
+    for label, hs in results.items():
+        if on_time and hs and not all(any(r.sim_time is not None for r in h.rounds) for h in hs):
+            ax.plot([], [], ls="none", label=f"{label} (no simulated clock)")
+            continue
+        n_failed = failed.get(label, 0)
+        if not hs and not n_failed:
+            continue
+        xs, frac = reached_fraction(list(hs), target, x=x, n_failed=n_failed)
+        last = max(
+            [float(xs[-1])] + [float((h.rounds[-1].sim_time or 0.0) if on_time else len(h)) for h in hs if h.rounds]
+        )
+        end = max(end, last)
+        note = f", {n_failed} failed" if n_failed else ""
+        ax.step(
+            np.append(xs, last),
+            np.append(frac, frac[-1]),
+            where="post",
+            lw=1.6,
+            label=f"{label} (n={len(hs) + n_failed}{note})",
+        )
+    if horizon is not None:
+        ax.axvline(horizon, ls=":", color="0.3", lw=1.2, label=f"horizon H = {horizon:g}" + (" s" if on_time else ""))
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("simulated time (s)" if on_time else "communication round")
+    ax.set_ylabel(f"fraction of seeds at {target:.0%}")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    _set_title(ax, title, results, setting)
+    return ax
 
 
 def plot_accuracy(
@@ -172,8 +300,10 @@ def plot_accuracy(
     """Test accuracy against rounds (or simulated time), mean over seeds with a +-1 std band (like FedCor's Fig. 4).
 
     The line is the mean over a scheme's seeds, the shaded band the mean plus and minus one
-    standard deviation over them (``np.std``, ddof=0), at each round every seed evaluated; the
-    legend says so. A scheme with one seed has no band.
+    standard deviation over them (``np.std``, ddof=0). A seed whose run ended (its round
+    budget or time spent, the target reached) is carried at its last value to the end of the
+    scheme's longest run, so no curve stops at its earliest-ending seed; the legend says so.
+    A scheme with one seed has no band. :func:`plot_reached` shows how many seeds got there.
 
     With a ``target``, the target line carries what the comparison table reports: a tick
     ``|`` at each seed's first round at the target (:meth:`History.rounds_to_accuracy`) and
@@ -188,7 +318,7 @@ def plot_accuracy(
     had a simulated clock) and the marks are each seed's and the mean time to the target
     (:meth:`History.time_to_accuracy`, the table's time column). Seeds end their rounds at
     different times, so a run's accuracy at time t is that of its last evaluated round ended by
-    t, drawn as steps; the mean and band are taken on the times every seed covers. A scheme
+    t, drawn as steps, and carried at its last value after its end. A scheme
     whose runs kept no clock is named in the legend with no curve.
 
     Parameters
@@ -274,7 +404,11 @@ def plot_accuracy(
         bbox_to_anchor=(1.01, 1.0),
         fontsize="small",
         title_fontsize="small",
-        title="line: mean over the n seeds\nband: ± 1 std over them" if banded else "one seed: no band",
+        title=(
+            "line: mean over the n seeds, each carried\nat its last value after its run ended\nband: ± 1 std over them"
+            if banded
+            else "one seed: no band; carried at its\nlast value after its run ended"
+        ),
     )
     _set_title(ax, title, results, setting)
     return ax

@@ -419,7 +419,7 @@ def test_compare_with_profiles_reports_time_beside_rounds(tmp_path, capsys):
     terminal = capsys.readouterr().out
     assert "time to 30%" in terminal.splitlines()[0]
     assert "on simulated seconds to 30%" in terminal
-    assert "simulated s to 30%, mean ± std over seeds" in (out / "table.md").read_text()
+    assert "simulated s to 30% by the horizon H, mean ± std over seeds" in (out / "table.md").read_text()
     paired = (out / "paired.md").read_text()
     assert "family 1 of 2" in paired and "family 2 of 2" in paired
     assert (out / "accuracy_time.png").exists()

@@ -94,7 +94,8 @@ def test_a_failed_run_is_recorded_and_the_comparison_goes_on(flaky, tmp_path):
     comp.write()
     csv = (tmp_path / "results.csv").read_text().splitlines()
     assert csv[0].endswith(",status") and "boom,0,,,,2,,failed" in csv
-    assert {p.name for p in comp.plot()} == {"accuracy.png", "selection_frequency.png", "communication.png"}
+    pictures = {"accuracy.png", "reached.png", "selection_frequency.png", "communication.png"}
+    assert {p.name for p in comp.plot()} == pictures
     paired = {r["scheme"]: r for r in comp.paired("ok")}
     assert paired["boom"]["seeds"] == [] and paired["boom"]["failed_seeds"] == [0, 1]
     assert "Left out because a run failed" in comp.paired_markdown("ok")

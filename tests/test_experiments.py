@@ -324,7 +324,7 @@ def test_no_selection_picture_is_drawn_from_histories_that_keep_no_chosen_client
             for r in h.rounds:
                 r.clients, r.weights = [], []
     names = [p.name for p in compact.plot(tmp_path / "compact")]
-    assert names == ["accuracy.png", "communication.png"]
+    assert names == ["accuracy.png", "reached.png", "communication.png"]
     assert not (tmp_path / "compact" / "selection_frequency.png").exists()
 
 
@@ -382,8 +382,11 @@ def _timed_comparison():
 
 
 def test_the_time_columns_hold_the_simulated_seconds_computed_by_hand(tmp_path):
-    comp = _timed_comparison()
-    assert comp.has_clock()
+    import dataclasses
+
+    # at a horizon past every run's end (60 s) nothing is censored: the seconds as measured
+    comp = dataclasses.replace(_timed_comparison(), time_horizon=60.0)
+    assert comp.has_clock() and comp.horizon("time") == (60.0, "given")
     assert comp.time_to_target() == {
         "random": {0: 30.0, 1: 40.0},
         "fast": {0: 12.0, 1: None},
@@ -397,8 +400,8 @@ def test_the_time_columns_hold_the_simulated_seconds_computed_by_hand(tmp_path):
     assert rows["flower"]["time_to_target"] is None and rows["flower"]["sim_time"] is None  # no clock: no time
     table = comp.to_markdown().splitlines()
     assert table[0].startswith(
-        "| scheme | rounds to 80%, mean ± std over seeds | simulated s to 80%, mean ± std over seeds | "
-        "simulated s at the last round, mean ± std over seeds | seeds reaching 80% |"
+        "| scheme | rounds to 80%, mean ± std over seeds | simulated s to 80% by the horizon H, mean ± std over "
+        "seeds | simulated s at the last round, mean ± std over seeds | seeds reaching 80% |"
     )
     cells = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:4] for line in table[2:]}
     assert cells["random"] == ["3.0 ± 0.0", "35.0 ± 5.0", "42.5 ± 12.5"]
@@ -409,11 +412,28 @@ def test_the_time_columns_hold_the_simulated_seconds_computed_by_hand(tmp_path):
     assert "simulated seconds to it" in " ".join(text.split())
     comp.write(tmp_path)
     csv_rows = (tmp_path / "results.csv").read_text().splitlines()
-    assert csv_rows[0].endswith("floats_to_target,time_to_target,sim_time")
-    assert csv_rows[1].endswith(",30.0,30.0") and csv_rows[4].endswith(",,21.0")  # random seed 0; fast seed 1
-    assert csv_rows[5].endswith(",,")  # flower: neither
+    assert csv_rows[0].endswith("floats_to_target,reached_by_horizon,time_to_target,sim_time")
+    assert csv_rows[1].endswith(",1,30.0,30.0") and csv_rows[4].endswith(",0,,21.0")  # random seed 0; fast seed 1
+    assert csv_rows[5].endswith(",,,")  # flower: neither
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["rows"][0]["time_to_target"] == 35.0
+    assert summary["rows"][0]["time_to_target"] == 35.0 and summary["horizon"]["time"] == 60.0
+    assert "H = 60.0 simulated s (given)" in comp.to_markdown()
+
+
+def test_by_default_time_is_read_at_the_earliest_end_of_a_miss_for_every_scheme(tmp_path):
+    comp = _timed_comparison()  # fast's seed 1 missed and ended at 21 s: no scheme is observed longer than that
+    assert comp.horizon("time") == (
+        21.0,
+        "the earliest end of a run that missed the target: the longest time every run was observed for",
+    )
+    rows = {r["scheme"]: r for r in comp.rows()}
+    assert rows["random"]["time_to_target_each"] == [None, None]  # its hits at 30 s and 40 s lie past H: censored
+    assert rows["random"]["time_to_target"] is None and rows["fast"]["time_to_target_each"] == [12.0, None]
+    assert rows["random"]["time_horizon"] == rows["fast"]["time_horizon"] == 21.0
+    assert "H = 21.0 simulated s (the earliest end of a run that missed" in comp.to_markdown()
+    comp.write(tmp_path)
+    assert json.loads((tmp_path / "summary.json").read_text())["horizon"]["time"] == 21.0
+    assert (tmp_path / "results.csv").read_text().splitlines()[1].endswith(",0,30.0,30.0")  # a hit, but after H
 
 
 def test_without_a_clock_the_reports_have_no_time(tmp_path):
@@ -425,10 +445,11 @@ def test_without_a_clock_the_reports_have_no_time(tmp_path):
     assert (tmp_path / "results.csv").read_text().splitlines()[0] == (
         "scheme,seed,rounds_to_target,final_accuracy,best_accuracy,rounds_run,floats_to_target"
     )
-    # paired.md as the command line always wrote it: one family, no word of time
+    # paired.md: one family, no word of time
     assert comp.paired_report("random") == (
-        "Paired by seed against random (rounds to 80%; a run that never reached it counts as its rounds + 1; "
-        f"two-sided Wilcoxon signed-rank test)\n\n{comp.paired_markdown('random')}\n"
+        "Paired by seed against random (rounds to 80%; a run that has not reached it by the round budget is "
+        "censored there and counts as the budget + 1; two-sided Wilcoxon signed-rank test)\n\n"
+        f"{comp.paired_markdown('random')}\n"
     )
     assert "family 1" not in comp.paired_report("random")
     assert "accuracy_time.png" not in [p.name for p in comp.plot(tmp_path)]
@@ -467,8 +488,8 @@ def test_paired_time_to_target_is_a_second_family_with_its_own_holm_adjustment()
     assert [r["p_holm"] for r in times] != pooled[2:]  # not one family of four
     report = comp.paired_report("random")
     assert report.startswith(
-        "Paired by seed against random (rounds to 80%; a run that never reached it counts as its "
-        "rounds + 1; family 1 of 2;"
+        "Paired by seed against random (rounds to 80%; a run that has not reached it by the round budget is "
+        "censored there and counts as the budget + 1; family 1 of 2;"
     )
     assert "on simulated seconds to 80% (family 2 of 2;" in report
     assert "scheme − random (simulated s, mean ± std)" in report
@@ -476,11 +497,18 @@ def test_paired_time_to_target_is_a_second_family_with_its_own_holm_adjustment()
     assert report.count("| slow | 6 |") == 2
 
 
-def test_a_miss_on_time_counts_one_mean_round_past_the_runs_end_and_runs_without_a_clock_leave_the_pairs():
+def test_a_miss_on_time_is_censored_at_the_shared_horizon_and_runs_without_a_clock_leave_the_pairs():
     comp = _timed_comparison()
     (fast,) = [r for r in comp.paired("random", metric="time") if r["scheme"] == "fast"]
-    # seed 0: 12 - 30; seed 1: fast missed, counted as 21 x (3 + 1) / 3 = 28, against random's 40
-    assert fast["diffs"] == [12.0 - 30.0, 28.0 - 40.0]
+    # H = 21 s (fast's seed 1 missed and ended there); a censored run counts as H + the median round (10 s) = 31:
+    # seed 0: fast's 12 against random's hit at 30 s, past H; seed 1: both censored, a tie that says nothing
+    assert fast["horizon"] == 21.0 and fast["censored_value"] == 31.0
+    assert fast["diffs"] == [12.0 - 31.0, 0.0]
+    assert (fast["informative"], fast["both_censored"], fast["verdict"]) == (1, 1, False)
+    assert fast["p"] != fast["p"] and fast["p_holm"] != fast["p_holm"]  # no verdict: NaN, out of Holm's family
+    assert "No verdict (p shown as -, left out of Holm's family) where fewer than 6 pairs carry information: " in (
+        comp.paired_markdown("random", metric="time")
+    )
     (flower,) = [r for r in comp.paired("random", metric="time") if r["scheme"] == "flower"]
     assert flower["seeds"] == [] and flower["unclocked_seeds"] == [0, 1]
     assert "kept no simulated clock: flower: seed(s) [0, 1]" in comp.paired_markdown("random", metric="time")

@@ -91,7 +91,10 @@ def test_each_figure_has_the_setting_in_its_title_and_cuts_no_label(comparison, 
         if kind == "accuracy":
             legend = ax.get_legend()
             # The band is the mean +- one standard deviation over seeds; the legend says exactly that.
-            assert legend.get_title().get_text() == "line: mean over the n seeds\nband: ± 1 std over them"
+            assert legend.get_title().get_text() == (
+                "line: mean over the n seeds, each carried\nat its last value after its run ended\n"
+                "band: ± 1 std over them"
+            )
             texts += [legend.get_title(), *legend.get_texts()]
             assert any(LONG in t.get_text() for t in legend.get_texts())
         elif kind == "communication":
@@ -108,7 +111,7 @@ def test_one_seed_draws_no_band_and_says_so(comparison):
     res = {k: v[:1] for k, v in _results(comparison).items()}
     ax = plot_accuracy(res, target=0.2)
     try:
-        assert ax.get_legend().get_title().get_text() == "one seed: no band"
+        assert ax.get_legend().get_title().get_text().startswith("one seed: no band")
         assert not ax.collections  # no fill_between
     finally:
         plt.close(ax.figure)
@@ -267,7 +270,7 @@ def _clocked(accuracies, times):
     )
 
 
-def test_accuracy_against_simulated_time_steps_through_the_times_every_seed_covers():
+def test_accuracy_against_simulated_time_steps_and_carries_each_seed_past_its_end():
     runs = {
         "timed": [_clocked([0.1, 0.5, 0.9], [10, 20, 30]), _clocked([0.2, 0.6, 0.8], [15, 25, 35])],
         "flower": [_clocked([0.3, 0.9], None)],  # measured, not simulated: no curve on this axis
@@ -275,9 +278,10 @@ def test_accuracy_against_simulated_time_steps_through_the_times_every_seed_cove
     ax = plot_accuracy(runs, target=0.8, x="time")
     try:
         (line,) = [ln for ln in ax.lines if ln.get_label().startswith("timed (n=2")]
-        # by hand: on 15, 20, 25, 30 s seed 0 holds 0.1, 0.5, 0.5, 0.9 and seed 1 0.2, 0.2, 0.6, 0.6
-        assert list(line.get_xdata()) == [15, 20, 25, 30]
-        assert list(line.get_ydata()) == pytest.approx([0.15, 0.35, 0.55, 0.75])
+        # by hand: on 15, 20, 25, 30, 35 s seed 0 holds 0.1, 0.5, 0.5, 0.9, 0.9 (its last value, carried past its end
+        # at 30 s) and seed 1 0.2, 0.2, 0.6, 0.6, 0.8: the curve runs to the last seed's end, not the first's
+        assert list(line.get_xdata()) == [15, 20, 25, 30, 35]
+        assert list(line.get_ydata()) == pytest.approx([0.15, 0.35, 0.55, 0.75, 0.85])
         assert line.get_drawstyle() == "steps-post"  # the model the server holds until the next evaluation
         (tick,) = _markers(ax, "|")
         assert tick[0] == [30.0, 35.0]  # each seed's time to the target

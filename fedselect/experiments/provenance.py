@@ -71,6 +71,7 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         "server_knows_profiles": False,
         # with always-online clients online == all: only runs with availability intervals choose otherwise
         "choose_among": "online",
+        "time_budget": None,  # every run before time budgets ran to its round cap (or its target)
         "device": "cpu",  # every run before devices trained on the CPU
         "engine": "eager",  # every run before the compiled path trained on the eager one
     },

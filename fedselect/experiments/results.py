@@ -36,6 +36,7 @@ from ..simulation.checkpoint import CorruptFileWarning, atomic_write_bytes, move
 from ..simulation.history import History
 from . import provenance
 from .stats import holm, paired_summary
+from .stats import min_pairs as _min_pairs
 
 __all__ = [
     "MAX_CLIENTS",
@@ -79,14 +80,16 @@ def _end_time(h: History) -> float | None:
     return next((float(r.sim_time) for r in reversed(h.rounds) if r.sim_time is not None), None)
 
 
-def _time_if_missed(h: History) -> float:
-    """What a run that never reached the target counts as in a paired test on time: one mean round past its end.
+def _trainer_setting(h: History, name: str) -> Any:
+    """A trainer setting a run recorded (``config["trainer"][name]``), or None when it recorded none."""
+    trainer = h.config.get("trainer") if isinstance(h.config, dict) else None
+    return trainer.get(name) if isinstance(trainer, dict) else None
 
-    ``sim_time`` at its end x (rounds + 1) / rounds, as a miss counts its rounds + 1 in rounds:
-    a lower bound on when it would have reached the target.
-    """
-    end = _end_time(h) or 0.0
-    return end * (len(h) + 1) / max(len(h), 1)
+
+def _round_seconds(histories: Sequence[History]) -> float:
+    """The median simulated duration of a round over ``histories`` (1.0 s when no round took any time)."""
+    durations = [float(r.sim_seconds) for h in histories for r in h.rounds if r.sim_seconds]
+    return float(np.median(durations)) if durations else 1.0
 
 
 def _reach_cell(values: Sequence[float | None], complete: bool, digits: int = 1) -> str:
@@ -116,6 +119,10 @@ class Comparison:
         :class:`~fedselect.simulation.DivergenceError`). Each failure is a dict with ``type``,
         ``message``, ``round`` (the round it failed in) and ``rounds_completed``. Failed runs are
         not in ``histories``; they count as not reaching the target.
+    time_horizon : float or None
+        The simulated-time horizon H of every time verdict, table cell and picture (seconds);
+        None: :meth:`horizon`'s rule (the runs' common time budget, else the earliest end of a
+        run that missed the target).
     """
 
     histories: dict[str, dict[int, History]]
@@ -125,6 +132,7 @@ class Comparison:
     paper: dict[str, str] = field(default_factory=dict)
     title: str = ""
     failed: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    time_horizon: float | None = None
 
     def _n_failed(self) -> dict[str, int]:
         return {label: len(runs) for label, runs in self.failed.items() if runs}
@@ -147,6 +155,74 @@ class Comparison:
             for label, runs in self.histories.items()
         }
 
+    def horizon(self, metric: str = "time", *, horizon: float | None = None) -> tuple[float | None, str]:
+        """The horizon H every scheme of this comparison is judged at, and the rule that gave it.
+
+        A run that has not reached the target by H is *censored* there, whatever its own end: in
+        the paired tests and the table it ties with every other censored run, above every hit,
+        and a hit after H counts as censored too. One H serves every scheme, so a scheme whose
+        runs end early (fast clients, a fixed round budget) is never credited with its own end.
+
+        Parameters
+        ----------
+        metric : {"time", "rounds"}, default "time"
+            Simulated seconds, or rounds.
+        horizon : float, optional
+            H as given (the rule is then "given"); default: the comparison's ``time_horizon`` on
+            time when set, else derived as below.
+
+        Returns
+        -------
+        H : float or None
+            None on time when no run kept a clock.
+        rule : str
+            How H was chosen, in words, for the reports.
+
+        Notes
+        -----
+        On time, H is the runs' common time budget (``FederatedTrainer(time_budget=...)``, when
+        every clocked run records the same one), lowered to the earliest end of a clocked run
+        that missed the target when one ended before it (a round cap reached first): the longest
+        time every run was observed for. Without a budget it is that earliest end of a miss; when
+        every run reached the target, the latest end of any run (nothing is censored). A run that
+        stopped at its target, or diverged, does not lower H. On rounds, H is the round budget
+        (the smallest ``rounds`` the runs record; else the longest run), as the tables always had,
+        lowered the same way to the earliest end of a miss that stopped before it (a time budget).
+        """
+        if metric not in ("rounds", "time"):
+            raise ValueError(f"Comparison.horizon: metric={metric!r}; expected 'rounds' or 'time'")
+        every = [h for runs in self.histories.values() for h in runs.values()]
+        if metric == "rounds":
+            if horizon is not None:
+                return float(horizon), "given"
+            caps = [_trainer_setting(h, "rounds") for h in every]
+            if every and all(isinstance(c, int) and not isinstance(c, bool) for c in caps):
+                cap, rule = float(min(caps)), "the round budget"
+            else:
+                cap, rule = float(max((len(h) for h in every), default=0)), "the longest run's rounds"
+            short = min((len(h) for h in every if h.rounds_to_accuracy(self.target) is None), default=cap)
+            if short < cap:  # a miss stopped before the round budget (a time budget): it was observed no longer
+                return float(short), "the earliest end of a run that missed the target, before the round budget"
+            return cap, rule
+        if horizon is not None:
+            return float(horizon), "given"
+        if self.time_horizon is not None:
+            return float(self.time_horizon), "given"
+        clocked = [h for h in every if _clocked(h)]
+        if not clocked:
+            return None, "no run kept a simulated clock"
+        budgets = {_trainer_setting(h, "time_budget") for h in clocked}
+        budget = next(iter(budgets)) if len(budgets) == 1 else None
+        missed = [_end_time(h) or 0.0 for h in clocked if h.time_to_accuracy(self.target) is None]
+        earliest = min(missed, default=None)
+        if budget is not None and (earliest is None or earliest >= budget):
+            return float(budget), "the time budget every run was given"
+        if earliest is not None:
+            rule = "the earliest end of a run that missed the target: the longest time every run was observed for"
+            return float(earliest), rule
+        latest = max(_end_time(h) or 0.0 for h in clocked)
+        return float(latest), "the latest end of a run (every run reached the target)"
+
     def rows(self) -> list[dict[str, Any]]:
         """One row per scheme: rounds to target, accuracies and costs to the target.
 
@@ -155,14 +231,16 @@ class Comparison:
         failed run has no mean rounds to the target (like one whose run missed it).
 
         When a run kept simulated time (:meth:`has_clock`), every row also has
-        ``time_to_target`` and ``time_to_target_std`` (simulated seconds to the target, mean and
-        std over seeds; None, as for rounds, when a seed missed it or failed),
-        ``time_to_target_each`` (per finished seed, None for a miss) and ``sim_time`` /
+        ``time_horizon`` (H, :meth:`horizon`: one for every scheme), ``time_to_target`` and
+        ``time_to_target_std`` (simulated seconds to the target, mean and std over seeds; None,
+        as for rounds, when a seed had not reached it by H or failed), ``time_to_target_each``
+        (per finished seed, None when not reached by H: censored) and ``sim_time`` /
         ``sim_time_std`` (simulated seconds at a run's last round); all None for a scheme whose
         runs kept no clock (a Flower run measures wall-clock seconds, not simulated ones).
         """
         out = []
         clock = self.has_clock()
+        time_horizon = self.horizon("time")[0] if clock else None
         labels = list(self.histories) + [k for k in self.failed if k not in self.histories and self.failed[k]]
         for label in labels:
             runs = self.histories.get(label, {})
@@ -196,6 +274,7 @@ class Comparison:
             if clock:
                 timed = bool(hs) and all(_clocked(h) for h in hs)
                 times = [h.time_to_accuracy(self.target) if timed else None for h in hs]
+                times = [t if t is not None and time_horizon is not None and t <= time_horizon else None for t in times]
                 t_ok = [t for t in times if t is not None]
                 t_complete = timed and len(t_ok) == len(hs) and not fails
                 ends = [_end_time(h) for h in hs] if timed else []
@@ -203,6 +282,7 @@ class Comparison:
                     time_to_target=float(np.mean(t_ok)) if t_complete else None,
                     time_to_target_std=float(np.std(t_ok)) if t_complete else None,
                     time_to_target_each=times,
+                    time_horizon=time_horizon,
                     sim_time=float(np.mean(ends)) if timed else None,
                     sim_time_std=float(np.std(ends)) if timed else None,
                 )
@@ -256,7 +336,8 @@ class Comparison:
         )
         if self.has_clock():
             legend += (
-                f"; time to {target}: simulated seconds to it, mean ± std over seeds (N/A as for rounds); time at "
+                f"; time to {target}: simulated seconds to it by the horizon H every scheme shares (below), mean ± "
+                "std over seeds (N/A as for rounds); time at "
                 "end: simulated seconds at the last round, mean ± std over seeds; - : the runs kept no clock"
             )
         lines = [fmt(head), *(fmt(vals) for vals in body), "", *textwrap.wrap(legend, 100)]
@@ -301,7 +382,7 @@ class Comparison:
                 [f"time to {target}", "time at end"]
                 if short
                 else [
-                    f"simulated s to {target}, mean ± std over seeds",
+                    f"simulated s to {target} by the horizon H, mean ± std over seeds",
                     "simulated s at the last round, mean ± std over seeds",
                 ]
             )
@@ -341,21 +422,29 @@ class Comparison:
                 vals.append("; ".join(f"seed {f['seed']}: {f['type']} in round {f['round']}" for f in fails) or "-")
             body.append(vals)
         notes: list[str] = []
+        if clock:
+            H, rule = self.horizon("time")
+            if H is not None:
+                notes.append(
+                    f"Time to {target} is read at one horizon for every scheme, H = {H:.1f} simulated s ({rule}): "
+                    "a run that had not reached it by H counts as not reached (N/A), whatever its own end. Give "
+                    "every scheme the same simulated time with --time-budget (FederatedTrainer(time_budget=...))."
+                )
         finished = [r for r in rows if r["seeds"]]
         if finished and all(r["final_accuracy"] is None for r in finished):
             losses = ", ".join(
                 f"{r['scheme']} {r['final_test_loss']:.4g}" for r in rows if r.get("final_test_loss") is not None
             )
-            notes = [
+            notes.append(
                 "These runs record no accuracy (a regression loss): the rounds-to-target and accuracy "
                 f"columns do not apply. Final test loss, mean over seeds: {losses or '-'}."
-            ]
+            )
         elif rows and not any(r["reached"] for r in rows):
             n_rounds = max((len(h) for runs in self.histories.values() for h in runs.values()), default=0)
-            notes = [
+            notes.append(
                 f"No run reached {target} in {n_rounds} rounds, so the rounds columns and a paired "
                 "comparison say nothing; lower the target (--target) or train longer (--rounds)."
-            ]
+            )
         return head, body, notes
 
     def paired(
@@ -365,48 +454,57 @@ class Comparison:
         not_reached: float | None = None,
         diverged: str = "leave-out",
         metric: str = "rounds",
+        horizon: float | None = None,
+        min_pairs: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Each other scheme against ``reference``, paired by seed.
+        """Each other scheme against ``reference``, paired by seed, with misses censored at one horizon.
 
         Runs of one seed share the federation (partition, model start, minibatch streams), so
         per-seed differences remove the variation the schemes have in common; with few seeds
         this is a far more sensitive comparison than two means and standard deviations.
+
+        Every outcome is read at the comparison's horizon H (:meth:`horizon`, shared by every
+        scheme): a run that reached the target by H counts its rounds (or seconds) to it; any
+        other run is censored and counts as one common value C above every hit: H + 1 round,
+        or on time H + the median simulated round of the comparison. The test is the two-sided
+        Wilcoxon signed-rank test on these values: a pair of two censored runs differs by 0 and
+        is dropped (it carries no information), a hit against a censored run counts with the
+        sign it surely has and the magnitude C - hit (a lower bound on the true one), two hits
+        as measured. A row whose pairs with information (not both censored) are fewer than
+        ``min_pairs`` gets no verdict: ``p`` and ``p_holm`` are NaN (printed "-") and the row is
+        left out of Holm's family, as a row whose differences are all zero always was.
 
         Parameters
         ----------
         reference : str
             The label every other scheme is compared with.
         not_reached : float, optional
-            The value a run that never reached the target counts as, in the metric's unit.
-            Default: its number of rounds + 1 (a lower bound on its true rounds to the target);
-            on time, its simulated time at the end x (rounds + 1) / rounds (one mean round
-            more, the same lower bound in seconds).
+            The value C a censored run counts as, in the metric's unit (default: as above).
         diverged : {"leave-out", "not-reached"}, default "leave-out"
-            What a run that failed with a :class:`~fedselect.simulation.DivergenceError`
-            (the scheme's training diverged) counts as. ``"leave-out"``: like any failed run,
-            its seed leaves the pairs (listed in ``failed_seeds``). ``"not-reached"``: it never
-            reached the target, so it counts as ``not_reached`` (default: the longest run of the
-            comparison + 1; on time, the longest run's miss value); a scheme that diverges on most
-            seeds is then judged on all of them, not on the few it survived. Runs that failed
-            otherwise are always left out.
+            What a run that failed with a :class:`~fedselect.simulation.DivergenceError` counts as:
+            ``"leave-out"``, its seed leaves the pairs (``failed_seeds``); ``"not-reached"``, it is
+            censored like any miss, so a scheme that diverges on most seeds is judged on all of
+            them. Runs that failed otherwise are always left out.
         metric : {"rounds", "time"}, default "rounds"
-            What is paired: rounds to the target, or simulated seconds to it
-            (:meth:`History.time_to_accuracy`). On time, a seed whose run of this scheme or of
-            the reference kept no clock leaves the pairs (listed in ``unclocked_seeds``). Each
-            metric is its own family of tests: Holm's adjustment runs over one metric's rows.
+            Rounds to the target, or simulated seconds to it (:meth:`History.time_to_accuracy`;
+            a seed whose run of either scheme kept no clock leaves the pairs, ``unclocked_seeds``).
+            Each metric is its own family of tests for Holm's adjustment.
+        horizon : float, optional
+            H, in the metric's unit; default :meth:`horizon`'s rule.
+        min_pairs : int, optional
+            The fewest pairs with information for a verdict; default :func:`~.stats.min_pairs`
+            (6: with fewer the exact two-sided test cannot reach p < 0.05).
 
         Returns
         -------
         rows : list of dict
-            Per other scheme: ``scheme``, ``seeds`` (the seeds in the pairs), ``diffs``
-            (other - reference rounds, or seconds, to the target, per seed: positive means the
-            reference was faster), ``failed_seeds`` (seeds left out because a run of
-            this scheme or of the reference failed), ``diverged_seeds`` and
-            ``reference_diverged_seeds`` (with ``diverged="not-reached"``: the seeds in the pairs
-            where this scheme's run, or the reference's, diverged and counts as not reached),
-            ``unclocked_seeds`` (on time only), the statistics of :func:`paired_summary`, and
-            ``p_holm``: the p-value adjusted for comparing the reference with every other
-            scheme at once on this metric (Holm's step-down method, see :func:`holm`).
+            Per other scheme: ``scheme``, ``seeds`` (in the pairs), ``diffs`` (other - reference
+            values per seed: positive means the reference was faster), ``horizon`` and
+            ``horizon_rule``, ``censored_value`` (C), ``informative`` (pairs not both censored),
+            ``both_censored``, ``verdict`` (whether a p-value is given), ``failed_seeds``,
+            ``diverged_seeds`` / ``reference_diverged_seeds`` (with ``diverged="not-reached"``),
+            ``unclocked_seeds`` (on time), the statistics of :func:`paired_summary`, and
+            ``p_holm`` (Holm's step-down adjustment over this metric's rows with a verdict).
         """
         if reference not in self.histories:
             raise KeyError(f"no scheme {reference!r} in this comparison; schemes: {list(self.histories)}")
@@ -414,22 +512,23 @@ class Comparison:
             raise ValueError(f"Comparison.paired: diverged={diverged!r}; expected 'leave-out' or 'not-reached'")
         if metric not in ("rounds", "time"):
             raise ValueError(f"Comparison.paired: metric={metric!r}; expected 'rounds' or 'time'")
+        if min_pairs is not None and (not isinstance(min_pairs, int) or isinstance(min_pairs, bool) or min_pairs < 1):
+            raise ValueError(f"Comparison.paired: min_pairs={min_pairs!r}; expected an integer >= 1")
+        needed = _min_pairs() if min_pairs is None else min_pairs
         on_time = metric == "time"
-        every = [h for runs in self.histories.values() for h in runs.values()]
+        H, rule = self.horizon(metric, horizon=horizon)
         if on_time:
-            longest = max((_time_if_missed(h) for h in every if _clocked(h)), default=0.0)
+            clocked = [h for runs in self.histories.values() for h in runs.values() if _clocked(h)]
+            censored = float(not_reached) if not_reached is not None else (H or 0.0) + _round_seconds(clocked)
         else:
-            longest = float(max((len(h) for h in every), default=0) + 1)
+            censored = float(not_reached) if not_reached is not None else float(H) + 1.0
 
-        def value(h: History | None) -> float:
-            if h is None:  # diverged, counted as not reached
-                return float(not_reached) if not_reached is not None else longest
-            r = h.time_to_accuracy(self.target) if on_time else h.rounds_to_accuracy(self.target)
-            if r is not None:
-                return float(r)
-            if not_reached is not None:
-                return float(not_reached)
-            return _time_if_missed(h) if on_time else float(len(h) + 1)
+        def value(h: History | None) -> tuple[float, bool]:
+            """The run's value and whether it is censored (None: diverged, counted as not reached)."""
+            r = None if h is None else h.time_to_accuracy(self.target) if on_time else h.rounds_to_accuracy(self.target)
+            if r is not None and H is not None and r <= H:
+                return float(r), False
+            return censored, True
 
         def usable(label: str) -> dict[int, History | None]:
             """seed -> History, or None for a diverged run counted as not reached."""
@@ -453,7 +552,12 @@ class Comparison:
             failed = sorted((set(self.failed.get(label, {})) | set(self.failed.get(reference, {}))) - shared)
             if label == reference or not (seeds or failed or no_clock):
                 continue
-            diffs = [value(runs[s]) - value(ref[s]) for s in seeds]
+            pairs = [(value(runs[s]), value(ref[s])) for s in seeds]
+            both = sum(1 for (_, c1), (_, c2) in pairs if c1 and c2)
+            stats = paired_summary([v1 - v2 for (v1, _), (v2, _) in pairs])
+            informative = len(pairs) - both
+            if informative < needed:
+                stats["p"] = float("nan")
             row = {
                 "scheme": label,
                 "seeds": seeds,
@@ -461,7 +565,13 @@ class Comparison:
                 "diverged_seeds": [s for s in seeds if runs[s] is None],
                 "reference_diverged_seeds": [s for s in seeds if ref[s] is None],
                 **({"unclocked_seeds": no_clock} if on_time else {}),
-                **paired_summary(diffs),
+                "horizon": H,
+                "horizon_rule": rule,
+                "censored_value": censored,
+                "informative": informative,
+                "both_censored": both,
+                "verdict": informative >= needed,
+                **stats,
             }
             out.append(row)
         for row, p in zip(out, holm([r["p"] for r in out])):
@@ -475,20 +585,29 @@ class Comparison:
         not_reached: float | None = None,
         diverged: str = "leave-out",
         metric: str = "rounds",
+        horizon: float | None = None,
+        min_pairs: int | None = None,
     ) -> str:
-        """:meth:`paired` as a markdown table (``metric="time"``: on simulated seconds to the target)."""
+        """:meth:`paired` as a markdown table (``metric="time"``: on simulated seconds to the target).
+
+        The last column counts the pairs that carry information (not both censored at the
+        horizon); a row with too few has no verdict, its p-values shown as "-" and said below.
+        """
         on_time = metric == "time"
         unit = "simulated s" if on_time else "rounds"
         lines = [
             f"| scheme | seeds | scheme − {reference} ({unit}, mean ± std) | median | "
-            f"{reference} faster / tie / slower | p (Wilcoxon) | p (Holm) |",
-            "|---|---|---|---|---|---|---|",
+            f"{reference} faster / tie / slower | p (Wilcoxon) | p (Holm) | pairs with information |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        rows = self.paired(reference, not_reached=not_reached, diverged=diverged, metric=metric)
+        rows = self.paired(
+            reference, not_reached=not_reached, diverged=diverged, metric=metric, horizon=horizon, min_pairs=min_pairs
+        )
         for r in rows:
             lines.append(
                 f"| {r['scheme']} | {len(r['seeds'])} | {r['mean']:+.1f} ± {r['std']:.1f} | {r['median']:+.1f} | "
-                f"{r['faster']} / {r['ties']} / {r['slower']} | {r['p']:.3f} | {r['p_holm']:.3f} |"
+                f"{r['faster']} / {r['ties']} / {r['slower']} | {_fmt_p(r['p'])} | {_fmt_p(r['p_holm'])} | "
+                f"{r['informative']} of {len(r['seeds'])} |"
             )
         most = max((len(r["seeds"]) for r in rows), default=0)
         if 0 < most and 2.0 / 2**most > 0.05:  # the exact two-sided Wilcoxon test's smallest p with `most` pairs
@@ -497,6 +616,28 @@ class Comparison:
                 f"With {most} seed(s) the smallest p-value the test can give is {2.0 / 2**most:.3f}: "
                 "no difference can reach p < 0.05; run at least 6 seeds."
             )
+        if rows:
+            H, rule, needed = (
+                rows[0]["horizon"],
+                rows[0]["horizon_rule"],
+                _min_pairs() if min_pairs is None else min_pairs,
+            )
+            where = f"{H:.1f} simulated s" if on_time else f"round {H:.0f}"
+            lines.append("")
+            lines.append(
+                f"Horizon H = {where} for every scheme ({rule}). A run that has not reached the target by H is "
+                f"censored there and counts as {rows[0]['censored_value']:.{1 if on_time else 0}f} {unit}, tied "
+                "above every hit: a pair of two censored runs carries no information."
+            )
+            silent = [r for r in rows if not r["verdict"]]
+            if silent:
+                lines.append("")
+                lines.append(
+                    "No verdict (p shown as -, left out of Holm's family) where fewer than "
+                    f"{needed} pairs carry information: "
+                    + "; ".join(f"{r['scheme']} ({r['informative']} of {len(r['seeds'])})" for r in silent)
+                    + "."
+                )
         ref_gone = sorted({s for r in rows for s in r["reference_diverged_seeds"]})
         counted = ([f"{reference} (the reference): seed(s) {ref_gone}"] if ref_gone else []) + [
             f"{r['scheme']}: seed(s) {r['diverged_seeds']}" for r in rows if r["diverged_seeds"]
@@ -537,35 +678,49 @@ class Comparison:
             lines.append(f"No pair of runs with a simulated clock to compare with {reference}.")
         return "\n".join(lines)
 
-    def paired_report(self, reference: str, *, not_reached: float | None = None, diverged: str = "leave-out") -> str:
+    def paired_report(
+        self,
+        reference: str,
+        *,
+        not_reached: float | None = None,
+        diverged: str = "leave-out",
+        horizon: float | None = None,
+    ) -> str:
         """The text of ``paired.md``: :meth:`paired_markdown` against ``reference`` with its heading.
 
-        Family 1 pairs rounds to the target; when a run kept simulated time (:meth:`has_clock`)
-        family 2 pairs simulated seconds to the target, below it. Holm's adjustment runs within
-        each family. Without a clock the text is what the command line always wrote.
+        Family 1 pairs rounds to the target (horizon: the round budget); when a run kept
+        simulated time (:meth:`has_clock`) family 2 pairs simulated seconds to the target, below
+        it, at the time horizon ``horizon`` (default :meth:`horizon`'s rule). Holm's adjustment
+        runs within each family. Misses are censored at each family's horizon (:meth:`paired`).
         """
         target = f"{self.target:.0%}"
-        head = f"Paired by seed against {reference} (rounds to {target}; a run that never reached it counts as its "
+        head = (
+            f"Paired by seed against {reference} (rounds to {target}; a run that has not reached it by the round "
+            "budget is censored there and counts as the budget + 1;"
+        )
         text = (
-            f"{head}rounds + 1; two-sided Wilcoxon signed-rank test)\n\n"
+            f"{head} two-sided Wilcoxon signed-rank test)\n\n"
             f"{self.paired_markdown(reference, not_reached=not_reached, diverged=diverged)}\n"
         )
         if self.has_clock():
-            text = text.replace(f"{head}rounds + 1;", f"{head}rounds + 1; family 1 of 2;", 1)
+            text = text.replace(head, f"{head} family 1 of 2;", 1)
             text += (
                 f"\nPaired by seed against {reference} on simulated seconds to {target} (family 2 of 2; a run that "
-                "never reached it counts as its simulated time at the end x (rounds + 1) / rounds, one mean round "
-                "more; two-sided Wilcoxon signed-rank test)\n\n"
-                f"{self.paired_markdown(reference, not_reached=None, diverged=diverged, metric='time')}\n"
+                "has not reached it by the horizon H shared by every scheme is censored at H, never at its own "
+                "end, and counts as H + one median round; two-sided Wilcoxon signed-rank test)\n\n"
+                f"{self.paired_markdown(reference, diverged=diverged, metric='time', horizon=horizon)}\n"
             )
         return text
 
     def plot(self, out_dir: str | os.PathLike[str] | None = None) -> list[Path]:
-        """Write accuracy.png, selection_frequency.png and communication.png; return their paths.
+        """Write accuracy.png, reached.png, selection_frequency.png and communication.png; return their paths.
 
-        When a run kept simulated time (:meth:`has_clock`), also accuracy_time.png: accuracy
-        against simulated seconds, with the same marks (:func:`~fedselect.plotting.plot_accuracy`
-        with ``x="time"``), right after accuracy.png.
+        reached.png is the fraction of each scheme's seeds at the target against rounds, with the
+        round horizon marked (:func:`~fedselect.plotting.plot_reached`). When a run kept simulated
+        time (:meth:`has_clock`), also accuracy_time.png (accuracy against simulated seconds, with
+        the same marks, :func:`~fedselect.plotting.plot_accuracy` with ``x="time"``) and
+        reached_time.png (the fraction at the target against simulated seconds, the time horizon
+        H marked).
 
         A report of other runs in the folder is first moved aside, as :meth:`write` does.
         """
@@ -575,7 +730,7 @@ class Comparison:
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from ..plotting import figure_size, plot_accuracy, plot_communication, plot_selection_frequency
+        from ..plotting import figure_size, plot_accuracy, plot_communication, plot_reached, plot_selection_frequency
 
         out = Path(out_dir or self.out_dir or ".")
         out.mkdir(parents=True, exist_ok=True)
@@ -592,6 +747,18 @@ class Comparison:
                 lambda ax: plot_accuracy(res, target=self.target, ax=ax, title=self.title, failed=failed, x="time"),
             ),
             (
+                "reached.png",
+                lambda ax: plot_reached(
+                    res, self.target, ax=ax, title=self.title, failed=failed, horizon=self.horizon("rounds")[0]
+                ),
+            ),
+            (
+                "reached_time.png",
+                lambda ax: plot_reached(
+                    res, self.target, x="time", ax=ax, title=self.title, failed=failed, horizon=self.horizon("time")[0]
+                ),
+            ),
+            (
                 "selection_frequency.png",
                 lambda ax: plot_selection_frequency(res, self.n_clients, ax=ax, title=self.title),
             ),
@@ -605,7 +772,7 @@ class Comparison:
             # picture of them would be empty, so none is drawn and an earlier one is left as it is.
             pictures = [p for p in pictures if p[0] != "selection_frequency.png"]
         if not self.has_clock():  # no simulated time to draw against: the pictures are what they always were
-            pictures = [p for p in pictures if p[0] != "accuracy_time.png"]
+            pictures = [p for p in pictures if p[0] not in ("accuracy_time.png", "reached_time.png")]
         for name, draw in pictures:
             size = figure_size(name.removesuffix(".png"), list(res), self.n_clients)
             fig, ax = plt.subplots(figsize=size, constrained_layout=True)
@@ -684,9 +851,12 @@ class Comparison:
             for label in dict.fromkeys([*self.histories, *self.failed])
         }
         summary = {"target": self.target, "rows": self.rows(), "report": self.report_id(), "runs": seeds_of}
+        clock = self.has_clock()
+        rounds_h, rounds_rule = self.horizon("rounds")
+        time_h, time_rule = self.horizon("time") if clock else (None, "no run kept a simulated clock")
+        summary["horizon"] = {"rounds": rounds_h, "rounds_rule": rounds_rule, "time": time_h, "time_rule": time_rule}
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         any_failed = bool(self._n_failed())
-        clock = self.has_clock()
         head = [
             "scheme",
             "seed",
@@ -696,8 +866,8 @@ class Comparison:
             "rounds_run",
             "floats_to_target",
         ]
-        if clock:  # simulated seconds to the target (empty: missed, or no clock) and at the last round
-            head += ["time_to_target", "sim_time"]
+        if clock:  # reached by the time horizon (1/0), simulated seconds to the target (empty: missed) and at the end
+            head += ["reached_by_horizon", "time_to_target", "sim_time"]
         rows: list[list[Any]] = [head + (["status"] if any_failed else [])]
         for label in dict.fromkeys([*self.histories, *self.failed]):
             runs = self.histories.get(label, {})
@@ -714,12 +884,29 @@ class Comparison:
                         len(h),
                         "" if c is None else c.floats_communicated(h.model_size),
                     ]
-                    + (_blank(h.time_to_accuracy(self.target), _end_time(h)) if clock else [])
+                    + (
+                        [
+                            _by(h.time_to_accuracy(self.target), time_h if _clocked(h) else None),
+                            *_blank(h.time_to_accuracy(self.target), _end_time(h)),
+                        ]
+                        if clock
+                        else []
+                    )
                     + (["finished"] if any_failed else [])
                 )
             for seed, f in sorted(self.failed.get(label, {}).items()):
                 rows.append(
-                    [label, seed, "", "", "", f.get("rounds_completed", ""), "", *(["", ""] if clock else []), "failed"]
+                    [
+                        label,
+                        seed,
+                        "",
+                        "",
+                        "",
+                        f.get("rounds_completed", ""),
+                        "",
+                        *(["", "", ""] if clock else []),
+                        "failed",
+                    ]
                 )
         # The csv module quotes a label such as "fedcor(rank=5,beta=0.9)", whose commas would split its row.
         with open(out / "results.csv", "w", newline="") as fh:
@@ -736,6 +923,8 @@ REPORT_FILES = (
     "selection_frequency.png",
     "communication.png",
     "accuracy_time.png",
+    "reached.png",
+    "reached_time.png",
 )
 """The files of a comparison's report in its folder (``paired.md`` is written by the command line;
 ``accuracy_time.png`` only when runs kept simulated time)."""
@@ -746,8 +935,20 @@ def _aside(name: str, report: str) -> str:
     return f"{stem}-{report}.{ext}"
 
 
+def _fmt_p(p: float) -> str:
+    """A p-value for a table: three decimals, "-" when there is none (no verdict, or nothing to test)."""
+    return "-" if p is None or not math.isfinite(p) else f"{p:.3f}"
+
+
 def _seed_list(seeds: Any) -> str:
     return ", ".join(str(s) for s in sorted(seeds))
+
+
+def _by(t: float | None, horizon: float | None) -> Any:
+    """A CSV cell: 1 when a run reached the target by the horizon, 0 when not, empty without a clock."""
+    if horizon is None:
+        return ""
+    return int(t is not None and t <= horizon)
 
 
 def _blank(*values: Any) -> list[Any]:

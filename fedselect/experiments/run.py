@@ -63,6 +63,7 @@ def run_comparison(
     jobs: int | str = 1,
     ray_address: str | None = None,
     batch_seeds: bool | int = False,
+    time_budget: float | None = None,
     overcommit: str = "equal",
 ) -> Comparison:
     """Run every scheme with every seed on the same federations and training streams.
@@ -143,6 +144,10 @@ def run_comparison(
         Train the runs of one scheme that differ only in their seed as one computation
         (:func:`fedselect.simulation.batched.fit_runs`): ``True`` all its seeds at once, an
         int N >= 2 up to N seeds at once, ``False`` (or 0, 1) one run at a time. See Notes.
+    time_budget : float, optional
+        Seconds of simulated time every scheme's runs may use (the trainer's ``time_budget``,
+        set for every scheme alike; also accepted in ``trainer``, not both). It is then the
+        horizon of the comparison's time verdicts (:meth:`Comparison.horizon`).
     overcommit : {"equal", "as-set"}, default "equal"
         Over-commitment is the round's: ``"equal"`` gives every scheme the same one, moving a
         scheme's own (Oort's ``overcommit``) to the round for all (``fedselect.experiments.plan.equalize_overcommit``;
@@ -160,6 +165,13 @@ def run_comparison(
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = Path(out_dir) if out_dir is not None else None
+    if time_budget is not None:
+        if trainer.get("time_budget") is not None and trainer["time_budget"] != time_budget:
+            raise ValueError(
+                f"run_comparison: time_budget={time_budget!r} and trainer['time_budget']={trainer['time_budget']!r} "
+                "disagree; give it once"
+            )
+        trainer = {**trainer, "time_budget": time_budget}
     selectors, trainer, overcommit_note = equalize_overcommit(selectors, trainer, mode=overcommit)
     if overcommit_note:
         log(overcommit_note)

@@ -7,7 +7,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["holm", "paired_summary"]
+__all__ = ["holm", "min_pairs", "paired_summary"]
+
+
+def min_pairs(alpha: float = 0.05) -> int:
+    """The fewest pairs with a nonzero difference for which the exact two-sided signed-rank test can give p < alpha.
+
+    With n such pairs all one way the exact test's p-value is ``2 / 2**n``, its smallest; below
+    this many pairs no outcome can reach ``alpha`` (6 for 0.05), so a comparison gives no verdict.
+
+    Examples
+    --------
+    >>> min_pairs(0.05), min_pairs(0.01)
+    (6, 8)
+    """
+    n = 1
+    while 2.0 / 2**n >= alpha:
+        n += 1
+    return n
 
 
 def paired_summary(diffs: Sequence[float]) -> dict[str, Any]:

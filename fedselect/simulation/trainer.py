@@ -699,6 +699,12 @@ class FederatedTrainer(BaseEstimator):
     target_accuracy : float, optional
         Stop once the test accuracy reaches it (when ``stop_at_target``).
     stop_at_target : bool, default True
+    time_budget : float or None, default None
+        Seconds of simulated time a run may use: it stops after the first round whose end
+        (``sim_time``) reaches the budget, or at ``rounds``, whichever comes first, so every scheme
+        of a comparison is observed for the same simulated time (see :ref:`user_guide_time`).
+        A round that is not evaluated (``eval_every``) records no accuracy even when it is the
+        last. None: the round cap alone. Needs a clock.
     eval_every : int, default 1
         Evaluate the test set every this many rounds (and at the last round).
     track_global_loss : bool, default False
@@ -845,6 +851,7 @@ class FederatedTrainer(BaseEstimator):
         prox_mu: float = 0.0,
         target_accuracy: float | None = None,
         stop_at_target: bool = True,
+        time_budget: float | None = None,
         eval_every: int = 1,
         track_global_loss: bool = False,
         random_state: int | None = None,
@@ -886,6 +893,7 @@ class FederatedTrainer(BaseEstimator):
         self.prox_mu = prox_mu
         self.target_accuracy = target_accuracy
         self.stop_at_target = stop_at_target
+        self.time_budget = time_budget
         self.eval_every = eval_every
         self.track_global_loss = track_global_loss
         self.random_state = random_state
@@ -932,6 +940,7 @@ class FederatedTrainer(BaseEstimator):
         "prox_mu": [Interval(Real, 0, None, closed="left")],
         "target_accuracy": [None, Interval(Real, 0, 1, closed="right")],
         "stop_at_target": ["boolean"],
+        "time_budget": [None, Interval(Real, 0, None, closed="neither")],
         "eval_every": [Interval(Integral, 1, None, closed="left")],
         "track_global_loss": ["boolean"],
         "random_state": [None, Interval(Integral, 0, None, closed="left")],
@@ -1100,8 +1109,10 @@ class FederatedTrainer(BaseEstimator):
                    "straggler_policy": self.straggler_policy != "fail",
                    "server_knows_profiles": bool(self.server_knows_profiles)}
         # The default clock on homogeneous devices only records time (see ``clock``): what the round does
-        # and what the selector observes stay as without a clock. Anything that asks for time observes it.
+        # and what the selector observes stay as without a clock. Anything that asks for time observes it;
+        # a time budget only reads the recorded time.
         self._clock_observed = profiles is not None or self.clock is True or any(needing.values())
+        needing["time_budget"] = self.time_budget is not None
         if self.clock is False:
             for name, set_ in needing.items():
                 if set_:
@@ -1605,7 +1616,7 @@ class _Fit:
             and tr.target_accuracy is not None
             and record.test_accuracy is not None
             and record.test_accuracy >= tr.target_accuracy
-        ):
+        ) or (tr.time_budget is not None and record.sim_time is not None and record.sim_time >= tr.time_budget):
             self.phase = "end"
             return
         if self.ckpt_path is not None and (t + 1) % int(tr.checkpoint_every) == 0 and t + 1 < tr.rounds:
