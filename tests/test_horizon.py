@@ -242,8 +242,12 @@ def test_a_time_budget_stops_after_the_first_round_that_reaches_it(mobile):
 def test_a_time_budget_needs_a_clock_and_a_positive_number(mobile):
     from fedselect.data import make_federation
 
+    plain = make_federation(n_clients=10, random_state=0)
     with pytest.raises(ValueError, match=r"time_budget=10\.0 needs a clock"):
-        _trainer(time_budget=10.0).fit(make_federation(n_clients=10, random_state=0))
+        _trainer(time_budget=10.0, clock=False).fit(plain)
+    # without profiles the default clock (homogeneous devices, recording only) keeps the time a budget reads
+    ran = _trainer(time_budget=1e-9).fit(plain).history_
+    assert len(ran) == 1 and ran.rounds[-1].sim_time >= 1e-9
     for bad in (0, -1.0, "10"):
         with pytest.raises(ValueError, match="time_budget"):
             _trainer(time_budget=bad).fit(mobile)
