@@ -824,9 +824,10 @@ class SelectorStrategy(Strategy):
         FedAvg-style aggregation and data-size selection, so a liar's weight is bounded by
         this over the others' total: set it near the largest real client.
     max_reply_bytes : int, "auto" or None, default "auto"
-        The most bytes one reply may carry (its arrays' data, and 8 per metric or config
-        value), counted before decoding; ``"auto"``: four times the model's size plus 1 MiB;
-        None: no limit.
+        The most bytes one reply may carry, every byte counted before decoding (arrays' data,
+        each string's and bytes value's length, inside lists too, 8 per number, keys and
+        names: :func:`fedselect.flower._protocol.content_nbytes`); ``"auto"``: four times the
+        model's size plus 1 MiB; None: no limit.
     update_norm_bound : float, optional
         Opt-in bound on update magnitudes: an update whose norm exceeds this multiple of the
         median norm of the updates it is aggregated with (the round's reporters, or a
