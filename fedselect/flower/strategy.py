@@ -606,6 +606,34 @@ def _test_metrics(evaluation: Mapping[str, float]) -> tuple[float | None, float 
     return acc, loss
 
 
+def _check_records_path(path: Any) -> None:
+    """TypeError unless ``path`` is a ``str`` or ``os.PathLike`` (an int would be opened as a file descriptor);
+    ValueError unless it names a file that can be appended to: its directory exists and is writable, and it is
+    not a directory (or an existing file that is not writable)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"SelectorStrategy.start: records_path must be a path (str or os.PathLike), got {type(path).__name__} "
+            f"{path!r}"
+        )
+    name = os.fspath(path)
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    parent = os.path.dirname(os.path.abspath(name))
+    problem = None
+    if not name:
+        problem = "is empty"
+    elif not os.path.isdir(parent):
+        problem = f"is in {parent!r}, which is not an existing directory"
+    elif os.path.isdir(name):
+        problem = "is a directory"
+    elif os.path.exists(name) and not os.access(name, os.W_OK):
+        problem = "is a file that cannot be written"
+    elif not os.path.exists(name) and not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"is in {parent!r}, which cannot be written"
+    if problem is not None:
+        raise ValueError(f"SelectorStrategy.start: records_path={name!r} {problem}")
+
+
 def _is_names(value: Any) -> bool:
     """A sequence (not a string) of distinct strings."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -822,7 +850,9 @@ class SelectorStrategy(Strategy):
     max_num_examples : int, default 10**9
         The largest n_k a client may claim; a hello above it is refused. n_k weighs
         FedAvg-style aggregation and data-size selection, so a liar's weight is bounded by
-        this over the others' total: set it near the largest real client.
+        this over the others' total: set it near the largest real client. The same bound
+        holds for the ``num-examples`` of a federated evaluation reply (it weighs the inner
+        strategy's average loss and metrics); a reply above it is left out.
     max_reply_bytes : int, "auto" or None, default "auto"
         The most bytes one reply may carry, every byte counted before decoding (arrays' data,
         each string's and bytes value's length, inside lists too, 8 per number, keys and
@@ -1183,13 +1213,18 @@ class SelectorStrategy(Strategy):
         round is logged as it ends (chosen, reported, failed and rejected clients, contained
         errors, the centralised evaluation). ``records_path``: a JSON-lines file that gets one
         line per round as it ends (:meth:`FlowerRound.to_dict`), appended and flushed, so a
-        run that stops keeps every finished round.
+        run that stops keeps every finished round. It must be a path (``str`` or
+        ``os.PathLike``; an int would be a file descriptor: TypeError), in an existing,
+        writable directory and not itself a directory (ValueError), checked before any
+        message or evaluation.
         """
         # Again (attributes may have been changed since construction), and the selector: an unknown
         # name or a bad selector parameter fails here, before any message is sent.
         validate_parameters(self, self._params(), self._parameter_constraints)
         self._resolved_selector()
         P.ModelLayout(initial_arrays, self.buffers)  # unknown buffer names, non-float parameters
+        if records_path is not None:
+            _check_records_path(records_path)
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
         result = Result()
@@ -1501,8 +1536,13 @@ class SelectorStrategy(Strategy):
                     expected = dst.get(str(answers), node)
                     from_link = node == SUPERLINK_NODE_ID and msg.has_error()  # the SuperLink answers for the node
                     if answers not in pending or (node != expected and not from_link):
-                        log(WARNING, "fedselect: dropped a reply from node %s that answers %s, not a message of this "
-                            "exchange to that node still waiting for its reply", node, _text(answers))
+                        log(
+                            WARNING,
+                            "fedselect: dropped a reply from node %s that answers %s, not a message of this "
+                            "exchange to that node still waiting for its reply",
+                            node,
+                            _text(answers),
+                        )
                         continue
                 except Exception as exc:
                     log(WARNING, "fedselect: dropped a reply whose metadata cannot be read (%s)", _why(exc))
@@ -1548,7 +1588,8 @@ class SelectorStrategy(Strategy):
 
     def _usable_evaluations(self, replies: list[Message]) -> list[Message]:
         """The evaluate replies the inner strategy may aggregate: from mapped nodes, not errors, below the
-        size limit, with a ``metrics`` record of finite numbers whose ``num-examples`` is a count, all with
+        size limit, with a ``metrics`` record of finite numbers whose ``num-examples`` is a count in
+        [0, ``max_num_examples``] (it weighs the inner strategy's average, as n_k weighs training), all with
         the key set most of them have (Flower's FedAvg refuses the whole round over one odd reply)."""
         usable = self._valid_replies(replies)
         good: list[tuple[Message, frozenset[str]]] = []
@@ -1561,7 +1602,8 @@ class SelectorStrategy(Strategy):
                 for key, value in metrics.items():
                     if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
                         raise _BadReply(f"{key!r}={value!r} is not a finite number")
-                _metric_int(metrics, P.NUM_EXAMPLES)
+                # bounded like a hello's n_k: one client's claimed count weighs the inner strategy's average
+                _metric_int(metrics, P.NUM_EXAMPLES, maximum=int(self.max_num_examples))
                 good.append((msg, frozenset(metrics.keys())))
             except Exception as exc:
                 log(WARNING, "fedselect: client %d sent an unusable evaluate reply (%s); left out", k, _why(exc))

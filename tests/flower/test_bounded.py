@@ -1,24 +1,18 @@
 """Issue 36, item 3: what a slow or junk node, a large reply, an evaluation count or a records path can cost the
 server is bounded. Each test failed on the code before: the mutation it guards is named in its docstring."""
 
-import os
-import time
-import warnings
-
-import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 import fedselect
-from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
+from fedselect.flower import FederationClients, LocalGrid, SelectorStrategy
 from fedselect.flower import _protocol as P
 
-from .test_attacks import accuracy, hostile, is_update, run
-from .test_timing import PolledGrid
+from .test_attacks import hostile, is_update, run
 
 N = 10
 TRAIN = dict(model="mlp", local_steps=3, batch_size=16, lr=0.1)
@@ -61,3 +55,62 @@ def test_content_nbytes_counts_every_value():
     assert P.content_nbytes(strings) == 9 + 9 + 8 + (8 + 2) + (8 + 20) + 9 + 8 + (8 + 3)
     metrics = RecordDict({"m": MetricRecord({"a": [1.0, 2.0, 3.0]})})
     assert P.content_nbytes(metrics) == 9 + 9 + 8 + 3 * 8
+
+
+# -- evaluation counts are bounded like training counts ---------------------------------------------------------------
+def test_one_evaluation_count_cannot_dominate_the_federated_loss(clients):
+    """One client reporting ``num-examples`` 2**53 - 1 and loss 0 made the aggregated federated loss about 1e-13
+    (the honest ones: above 0.1). Now an evaluation count above ``max_num_examples`` leaves its reply out
+    (mutation: drop the bound in ``_usable_evaluations``)."""
+
+    def liar(message, reply):
+        if message.metadata.message_type != P.EVALUATE:
+            return None
+        m = dict(reply.content["metrics"])
+        m.update({"num-examples": 2**53 - 1, "loss": 0.0})
+        return RecordDict({"metrics": MetricRecord(m)})
+
+    inner = FedAvg(fraction_evaluate=1.0, min_available_nodes=1, min_evaluate_nodes=1)
+    _, _, honest_result, _ = run(
+        clients, clients.client_app(), "random", rounds=2, evaluate=False, inner=inner, max_num_examples=1000
+    )
+    inner = FedAvg(fraction_evaluate=1.0, min_available_nodes=1, min_evaluate_nodes=1)
+    app = hostile(clients.client_app(), {4}, liar)
+    _, _, result, _ = run(clients, app, "random", rounds=2, evaluate=False, inner=inner, max_num_examples=1000)
+    for t in (1, 2):
+        loss, honest_loss = (
+            result.evaluate_metrics_clientapp[t]["loss"],
+            honest_result.evaluate_metrics_clientapp[t]["loss"],
+        )
+        assert honest_loss > 0.1 and abs(loss - honest_loss) < 0.25 * honest_loss
+
+
+# -- records_path is a path, checked before the first round -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("path", "error", "words"),
+    [
+        (1, TypeError, "records_path must be a path"),
+        (True, TypeError, "records_path must be a path"),
+        (2.5, TypeError, "records_path must be a path"),
+        ("missing-dir/records.jsonl", ValueError, "not an existing directory"),
+        (".", ValueError, "is a directory"),
+    ],
+)
+def test_records_path_must_be_a_writable_path_before_any_round(clients, tmp_path, monkeypatch, path, error, words):
+    """``records_path=1`` was opened as file descriptor 1 (it wrote into stdout and closed it) and a missing
+    directory raised only after round 0 trained. Now ``start`` refuses both before any message is sent
+    (mutation: drop ``_check_records_path``)."""
+    monkeypatch.chdir(tmp_path)
+    grid = LocalGrid(clients.client_app(), N, seed=5)
+    strategy = SelectorStrategy("random", n_clients=N, clients_per_round=3, connect_timeout=1.0)
+    with pytest.raises(error, match=words):
+        strategy.start(grid, clients.initial_arrays(), num_rounds=1, records_path=path)
+    assert grid.sent == [] and strategy.rounds_ == []
+
+
+def test_records_path_accepts_a_pathlike(clients, tmp_path):
+    path = tmp_path / "records.jsonl"
+    grid = LocalGrid(clients.client_app(), N, seed=5)
+    strategy = SelectorStrategy("random", n_clients=N, clients_per_round=3, connect_timeout=1.0)
+    strategy.start(grid, clients.initial_arrays(), num_rounds=2, records_path=path)
+    assert len(path.read_text().splitlines()) == 2
