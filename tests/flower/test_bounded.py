@@ -1,11 +1,13 @@
 """Issue 36, item 3: what a slow or junk node, a large reply, an evaluation count or a records path can cost the
 server is bounded. Each test failed on the code before: the mutation it guards is named in its docstring."""
 
+import time
+
 import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 import fedselect
@@ -114,3 +116,38 @@ def test_records_path_accepts_a_pathlike(clients, tmp_path):
     strategy = SelectorStrategy("random", n_clients=N, clients_per_round=3, connect_timeout=1.0)
     strategy.start(grid, clients.initial_arrays(), num_rounds=2, records_path=path)
     assert len(path.read_text().splitlines()) == 2
+
+
+# -- LocalGrid honours timeouts as a SuperLink does -------------------------------------------------------------------
+def _slow(app, partition, seconds, kinds=(P.TRAIN,)):
+    def answer(message, context):
+        if int(context.node_config["partition-id"]) == partition and message.metadata.message_type in kinds:
+            time.sleep(seconds)
+        return app(message, context)
+
+    return answer
+
+
+def test_local_grid_drops_a_train_reply_that_came_after_train_timeout(clients):
+    """A reply three times past ``train_timeout`` was aggregated on LocalGrid. Now its client fails, timed out, as
+    on a SuperLink (mutation: ignore ``timeout`` in ``LocalGrid.timed_send_and_receive``)."""
+    app = _slow(clients.client_app(), 2, 0.6)
+    strategy, _, _, _ = run(
+        clients, app, "round-robin", rounds=1, clients_per_round=N, evaluate=False, train_timeout=0.2
+    )
+    [rec] = strategy.rounds_
+    assert rec.failed == [2] and 2 not in rec.reported and len(rec.reported) == N - 1
+
+
+def test_local_grid_drops_a_reply_past_its_messages_ttl(clients):
+    """``push_messages`` (what a polled server uses) drops a reply that took longer than the message's ttl, as a
+    SuperLink drops a reply to an expired message (mutation: store every reply)."""
+    grid = LocalGrid(_slow(clients.client_app(), 1, 0.3, kinds=(P.HELLO,)), N, seed=5)
+    messages = [
+        Message(RecordDict({"config": ConfigRecord()}), node, P.HELLO, ttl=0.1, group_id="hello")
+        for node in grid.node_ids
+    ]
+    replies = list(grid.pull_messages(grid.push_messages(messages)))
+    assert sorted(int(r.metadata.src_node_id) for r in replies) == sorted(
+        n for n in grid.node_ids if n != grid.node_of_partition(1)
+    )
