@@ -643,6 +643,9 @@ def _is_names(value: Any) -> bool:
 
 _BadReply = P.BadReply
 
+#: the most node refreshes (rounds) between two hellos to a node whose hellos fail (error, no answer)
+_HELLO_BACKOFF_MAX = 32
+
 #: the exchanges a round waits on (its wall_seconds): oracle questions; training is timed by the transport
 _ROUND_KINDS = frozenset({"loss", "update", "trial"})
 
@@ -983,6 +986,9 @@ class SelectorStrategy(Strategy):
         self._n_samples: dict[int, int] = {}
         # node -> (the client id it claimed, if that was the reason, and why): not asked again while it is alive
         self._refused: dict[int, tuple[int | None, str]] = {}
+        self._hellos: dict[str, tuple[int, float]] = {}  # hello message id -> (node, when sent): awaiting a reply
+        self._hello_backoff: dict[int, tuple[int, int]] = {}  # node -> (failed hellos, tick it may be asked again)
+        self._hello_tick = 0  # node refreshes so far: the unit of the hello back-off
         self._norm_history: list[float] = []  # accepted update norms of earlier rounds (update_norm_bound)
         self._loss_history: dict[int, list[float]] = {}
         self._rejected: dict[int, str] = {}  # this round's rejected replies: client -> reason
@@ -1396,19 +1402,12 @@ class SelectorStrategy(Strategy):
             if node not in nodes or claimed in freed:
                 del self._refused[node]
         new = sorted(n for n in nodes if n not in self._client_of and n not in self._refused)
-        if not new:
-            return
-        messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in new]
-        replies = self._exchange(grid, messages, self.query_timeout, "hello")
+        replies = self._hello_replies(grid, nodes, new)
         limit = self._reply_limit()
-        for msg in replies:
-            node = None
+        for node, msg in replies:
             try:
-                node = int(msg.metadata.src_node_id)
-                if node not in new:
-                    continue
-                if msg.has_error():  # a node whose app fails (not yet started?) is asked again next round
-                    log(INFO, "fedselect: node %d answered hello with an error: %s", node, _text(msg.error.reason))
+                if msg.has_error():  # a node whose app fails (not yet started?) is asked again after a back-off
+                    self._hello_failed(node, f"answered hello with an error: {_text(msg.error.reason)}")
                     continue
                 if limit is not None and P.content_nbytes(msg.content) > limit:
                     raise _BadReply(f"a hello above max_reply_bytes={limit}")
@@ -1451,6 +1450,68 @@ class SelectorStrategy(Strategy):
             self._node_of[k] = node
             self._client_of[node] = k
             self._n_samples.setdefault(k, n_k)
+            self._hello_backoff.pop(node, None)
+
+    def _hello_replies(self, grid: Grid, nodes: set[int], new: Sequence[int]) -> list[tuple[int, Message]]:
+        """Send hellos to the nodes of ``new`` that may be asked now, and collect the hello replies that have
+        arrived, without waiting: (node, reply) pairs, the reply possibly an error (the SuperLink's own, for an
+        expired message, included).
+
+        A hello unanswered after ``query_timeout`` seconds counts as a failure (it keeps Flower's default
+        ``ttl``: a SuperNode that starts late may still answer it while it is awaited). A node
+        that failed is asked again after 1, 2, 4, ... node refreshes (one per round; the setup's polls of 0.2 s
+        too), at most ``_HELLO_BACKOFF_MAX`` apart, and never while its hello is awaited. So a hello is never
+        in a round's critical path: a node that has not answered yet is not a candidate until it does.
+        """
+        self._hello_tick += 1
+        for mid, (node, _) in list(self._hellos.items()):  # hellos to nodes that left are not awaited
+            if node not in nodes:
+                del self._hellos[mid]
+        for node in [n for n in self._hello_backoff if n not in nodes]:
+            del self._hello_backoff[node]
+        awaited = {node for node, _ in self._hellos.values()}
+        ask = [n for n in new if n not in awaited and self._hello_backoff.get(n, (0, 0))[1] <= self._hello_tick]
+        if ask:
+            messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in ask]
+            self._count("hello", messages, down=True)
+            sent = time.monotonic()
+            pushed = {str(i) for i in grid.push_messages(messages) if i}  # a grid lists only what it stored
+            for mid, node in _destinations(messages).items():  # push_messages wrote each message's id
+                if mid in pushed:
+                    self._hellos[mid] = (node, sent)
+                else:
+                    self._hello_failed(node, "its hello could not be pushed")
+        if not self._hellos:
+            return []
+        replies = list(grid.pull_messages(list(self._hellos)))
+        self._count("hello", replies, down=False)
+        out: list[tuple[int, Message]] = []
+        for msg in replies:
+            try:  # a reply's metadata is the client's: one that cannot be read is dropped
+                answers, src = str(msg.metadata.reply_to_message_id), int(msg.metadata.src_node_id)
+                node = self._hellos[answers][0] if answers in self._hellos else None
+                if node is None or (src != node and not (src == SUPERLINK_NODE_ID and msg.has_error())):
+                    log(WARNING, "fedselect: dropped a hello reply from node %s that answers no awaited hello", src)
+                    continue
+            except Exception as exc:
+                log(WARNING, "fedselect: dropped a hello reply whose metadata cannot be read (%s)", _why(exc))
+                continue
+            del self._hellos[answers]
+            out.append((node, msg))
+        now = time.monotonic()
+        for mid, (node, sent) in list(self._hellos.items()):
+            if now - sent >= float(self.query_timeout):
+                del self._hellos[mid]
+                self._hello_failed(node, f"did not answer hello within query_timeout={float(self.query_timeout):g}s")
+        return out
+
+    def _hello_failed(self, node: int, why: str) -> None:
+        """Back a node off after a failed hello: asked again 2**(f-1) refreshes later after f failures in a row,
+        at most ``_HELLO_BACKOFF_MAX``."""
+        failures = self._hello_backoff.get(node, (0, 0))[0] + 1
+        wait = min(2 ** min(failures - 1, 30), _HELLO_BACKOFF_MAX)
+        self._hello_backoff[node] = (failures, self._hello_tick + wait)
+        log(INFO, "fedselect: node %d %s; asked again in %d round(s)", node, why, wait)
 
     @property
     def client_nodes_(self) -> dict[int, int]:

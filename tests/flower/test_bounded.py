@@ -2,6 +2,7 @@
 server is bounded. Each test failed on the code before: the mutation it guards is named in its docstring."""
 
 import time
+import warnings
 
 import pytest
 
@@ -11,10 +12,11 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 import fedselect
-from fedselect.flower import FederationClients, LocalGrid, SelectorStrategy
+from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
 from fedselect.flower import _protocol as P
 
 from .test_attacks import hostile, is_update, run
+from .test_timing import PolledGrid
 
 N = 10
 TRAIN = dict(model="mlp", local_steps=3, batch_size=16, lr=0.1)
@@ -151,3 +153,55 @@ def test_local_grid_drops_a_reply_past_its_messages_ttl(clients):
     assert sorted(int(r.metadata.src_node_id) for r in replies) == sorted(
         n for n in grid.node_ids if n != grid.node_of_partition(1)
     )
+
+
+# -- hellos: backed off per node, never in a round's critical path ----------------------------------------------------
+def test_nodes_whose_hellos_fail_are_backed_off(clients):
+    """20 nodes answering hello with an error got one hello each round (80 in 4 rounds). Now a node whose hello
+    fails is asked again after 1, 2, 4, ... rounds: 4 hellos each in 8 rounds, not 8 (mutation: no back-off in
+    ``_hello_failed``)."""
+    grid = LocalGrid(clients.client_app(), N, seed=5)
+    junk = [grid.add_node({"partition-id": 100 + i}) for i in range(20)]
+    for node in junk:
+        grid.faults[node] = lambda message: "error"
+    strategy, _, _, _ = run(clients, None, "random", rounds=8, grid=grid, evaluate=False)
+    hellos = [int(m.metadata.dst_node_id) for m in grid.sent if m.metadata.message_type == P.HELLO]
+    assert all(hellos.count(node) == 4 for node in junk)  # rounds 0, 1, 3 and 7
+    assert all(hellos.count(node) == 1 for node in grid.node_ids if node not in junk)
+    assert sorted(strategy.client_nodes_) == list(range(N))
+
+
+def test_a_silent_node_does_not_make_a_round_wait_for_its_hello(clients):
+    """A node that never answers its hello made every round wait ``query_timeout`` on a polled grid (a
+    deployment's). Now hellos are sent and collected without waiting: 4 rounds take far less than one
+    ``query_timeout``, and the silent node is asked again only after the timeout and a back-off (mutation: wait
+    for the hello replies as before)."""
+    grid = PolledGrid(clients.client_app(), N, seed=5)
+    silent = grid.add_node({"partition-id": 100})
+    grid.faults[silent] = lambda message: "timeout"
+    start = time.monotonic()
+    strategy, _, _, _ = run(clients, None, "random", rounds=4, grid=grid, evaluate=False, query_timeout=5.0)
+    assert time.monotonic() - start < 5.0
+    assert [int(m.metadata.dst_node_id) for m in grid.sent].count(silent) == 1
+    assert len(strategy.rounds_) == 4 and sorted(strategy.client_nodes_) == list(range(N))
+
+
+def test_a_node_whose_hello_answers_late_joins_when_its_answer_arrives(clients):
+    """On a polled grid a node that connects after the start and answers its hello 0.1 s late is not waited for:
+    the round that sent the hello goes on without it, and a later round collects the answer and maps it."""
+    grid = PolledGrid(clients.client_app(), N, seed=5, delays={9: 0.1})
+    late = grid.node_of_partition(9)
+    grid.remove_node(late)
+    strategy = SelectorStrategy("random", n_clients=N, clients_per_round=3, random_state=0, connect_timeout=0.3)
+    seen = {}
+
+    def evaluate_fn(server_round, arrays):
+        seen[server_round] = set(strategy.client_nodes_) if hasattr(strategy, "selector_") else set()
+        if server_round == 1:
+            grid.add_node({}, node_id=late)
+        return None
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowerRoundWarning)
+        strategy.start(grid, clients.initial_arrays(), num_rounds=4, evaluate_fn=evaluate_fn)
+    assert 9 not in seen[1] and 9 not in seen[2] and 9 in seen[4]
