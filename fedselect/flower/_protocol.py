@@ -180,16 +180,53 @@ def record_nbytes(record: Any) -> int:
     )
 
 
+#: bytes counted for a number, a bool, a list's or a string's framing, and each array's metadata
+_SCALAR_BYTES = 8
+#: the deepest a value is walked (Flower's records are flat; anything deeper is counted as over any limit)
+_MAX_DEPTH = 8
+
+
+def _value_nbytes(value: Any, depth: int = 0) -> int:
+    """Bytes of one record value: 8 for a number or bool, a string's UTF-8 bytes (counted without a copy when
+    it is ASCII) or a bytes value's length, plus 8, and a list's (or other container's) elements, each counted
+    the same way."""
+    if depth > _MAX_DEPTH:
+        raise BadReply(f"a record value nested more than {_MAX_DEPTH} levels deep")
+    if isinstance(value, str):
+        return _SCALAR_BYTES + (len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass")))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _SCALAR_BYTES + memoryview(value).nbytes
+    if isinstance(value, Mapping):
+        return _SCALAR_BYTES + sum(_value_nbytes(k, depth + 1) + _value_nbytes(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return _SCALAR_BYTES + sum(_value_nbytes(v, depth + 1) for v in value)
+    return _SCALAR_BYTES
+
+
+def _array_nbytes(array: Any) -> int:
+    """Bytes of one ``Array``: its data, its dtype and stype strings, 8 per dimension of its shape."""
+    if not isinstance(array, Array):
+        return _value_nbytes(array, 1)
+    data = array.data
+    n = memoryview(data).nbytes if isinstance(data, bytes | bytearray | memoryview) else _value_nbytes(data, 1)
+    return n + _value_nbytes(array.dtype, 1) + _value_nbytes(array.stype, 1) + _value_nbytes(list(array.shape), 1)
+
+
 def content_nbytes(content: Any) -> int:
-    """About the bytes a message's content carries: its arrays' data, plus 8 per metric or config value
-    (a list counts its length) and the keys' lengths; nothing is decoded."""
-    n = sum(record_nbytes(r) for r in content.array_records.values())
-    for records in (content.metric_records, content.config_records):
-        for rec in records.values():
-            for key, value in rec.items():
-                n += len(key) + 8 * (len(value) if isinstance(value, list) else 1)
-                if isinstance(value, str | bytes):
-                    n += len(value)
+    """The bytes a message's content carries, every one counted, nothing decoded.
+
+    Every record of the ``RecordDict`` (array, metric and config records, whatever their
+    names) counts its name, each key, and each value: an array's data plus its dtype, stype
+    and shape; a string's UTF-8 bytes and a bytes value's length, plus 8; 8 for a number or a
+    bool; a list 8 plus each element counted the same way (a list of strings counts every
+    string). A value nested deeper than Flower's records allow is a :class:`BadReply`.
+    """
+    n = 0
+    for name, record in content.items():
+        n += _value_nbytes(name)
+        for key, value in record.items():
+            n += _value_nbytes(key)
+            n += _array_nbytes(value) if isinstance(value, Array) else _value_nbytes(value)
     return n
 
 

@@ -45,7 +45,9 @@ class LocalGrid(Grid):
         SuperNode sends when the ClientApp raises). Exceptions raised by a ClientApp also
         become error replies. A reply whose ``src_node_id`` is not the node the message went
         to, or whose ``reply_to_message_id`` is not that message's, is lost, as a SuperLink
-        refuses it.
+        refuses it. A reply is lost too when its node took longer than its message's ``ttl``
+        (:meth:`push_messages`) or than the ``timeout`` of :meth:`send_and_receive`, as on a
+        SuperLink.
     sent : list of Message
         Every message pushed, in order.
     apps : dict of int to callable
@@ -74,6 +76,7 @@ class LocalGrid(Grid):
         self.faults: dict[int, Fault] = {}
         self.sent: list[Message] = []
         self._replies: dict[str, Message] = {}
+        self._seconds: dict[str, float] = {}  # message id -> seconds its node took (timed_send_and_receive)
         # A Message built outside a Flower runtime takes its run id and source from TaskIdentity.
         TaskIdentity.run_id = run_id
         TaskIdentity.node_id = SUPERLINK_NODE_ID
@@ -127,21 +130,32 @@ class LocalGrid(Grid):
         return list(self.node_ids)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Deliver each message to its node now; its reply waits for :meth:`pull_messages`.
+
+        A reply that took its node longer than the message's ``ttl`` is dropped, as a SuperLink
+        drops a reply to an expired message: the message is lost, as if it timed out.
+        """
         ids = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = str(uuid4())
             self.sent.append(msg)
+            start = time.perf_counter()
             reply = self._deliver(msg)
-            if reply is not None:
+            self._seconds[msg.metadata.message_id] = seconds = time.perf_counter() - start
+            if reply is not None and not _late(msg, seconds):
                 self._replies[msg.metadata.message_id] = reply
             ids.append(msg.metadata.message_id)
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
+        ids = list(message_ids)
+        for i in ids:
+            self._seconds.pop(i, None)
+        return [self._replies.pop(i) for i in ids if i in self._replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return list(self.pull_messages(self.push_messages(messages)))
+        """The replies that came within ``timeout`` seconds (each node's own seconds; None: no bound)."""
+        return [reply for reply, _ in self.timed_send_and_receive(messages, timeout=timeout)]
 
     def timed_send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
@@ -149,16 +163,20 @@ class LocalGrid(Grid):
         """:meth:`send_and_receive`, with the seconds each node took to answer (its app call), by this process's clock.
 
         The nodes run one after the other here; each reply's seconds are its own node's, as
-        if the nodes answered in parallel, as a deployment's do. A
+        if the nodes answered in parallel, as a deployment's do. A reply whose node took
+        longer than ``timeout`` (or than its message's ``ttl``) is dropped, as a server that
+        stopped waiting never sees it: its client fails, timed out. A
         :class:`~fedselect.flower.SelectorStrategy` uses this method where a grid has it (the
         grid is the server's own): any other grid is polled (``push_messages`` then
         ``pull_messages``), and a reply's seconds are when the server first saw it.
         """
         out = []
         for msg in messages:
-            start = time.perf_counter()
             [message_id] = self.push_messages([msg])
-            seconds = time.perf_counter() - start
+            seconds = self._seconds.pop(message_id)
+            if timeout is not None and seconds > float(timeout):
+                self._replies.pop(message_id, None)
+                continue
             out.extend((reply, seconds) for reply in self.pull_messages([message_id]))
         return out
 
@@ -185,3 +203,12 @@ class LocalGrid(Grid):
         except Exception:
             ok = False
         return reply if ok else None
+
+
+def _late(msg: Message, seconds: float) -> bool:
+    """Whether a reply that took ``seconds`` came after its message's ``ttl`` expired."""
+    try:
+        ttl = float(msg.metadata.ttl)
+    except Exception:  # a message without a readable ttl never expires here
+        return False
+    return seconds > ttl

@@ -606,6 +606,34 @@ def _test_metrics(evaluation: Mapping[str, float]) -> tuple[float | None, float 
     return acc, loss
 
 
+def _check_records_path(path: Any) -> None:
+    """TypeError unless ``path`` is a ``str`` or ``os.PathLike`` (an int would be opened as a file descriptor);
+    ValueError unless it names a file that can be appended to: its directory exists and is writable, and it is
+    not a directory (or an existing file that is not writable)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"SelectorStrategy.start: records_path must be a path (str or os.PathLike), got {type(path).__name__} "
+            f"{path!r}"
+        )
+    name = os.fspath(path)
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    parent = os.path.dirname(os.path.abspath(name))
+    problem = None
+    if not name:
+        problem = "is empty"
+    elif not os.path.isdir(parent):
+        problem = f"is in {parent!r}, which is not an existing directory"
+    elif os.path.isdir(name):
+        problem = "is a directory"
+    elif os.path.exists(name) and not os.access(name, os.W_OK):
+        problem = "is a file that cannot be written"
+    elif not os.path.exists(name) and not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"is in {parent!r}, which cannot be written"
+    if problem is not None:
+        raise ValueError(f"SelectorStrategy.start: records_path={name!r} {problem}")
+
+
 def _is_names(value: Any) -> bool:
     """A sequence (not a string) of distinct strings."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -614,6 +642,9 @@ def _is_names(value: Any) -> bool:
 
 
 _BadReply = P.BadReply
+
+#: the most node refreshes (rounds) between two hellos to a node whose hellos fail (error, no answer)
+_HELLO_BACKOFF_MAX = 32
 
 #: the exchanges a round waits on (its wall_seconds): oracle questions; training is timed by the transport
 _ROUND_KINDS = frozenset({"loss", "update", "trial"})
@@ -822,11 +853,14 @@ class SelectorStrategy(Strategy):
     max_num_examples : int, default 10**9
         The largest n_k a client may claim; a hello above it is refused. n_k weighs
         FedAvg-style aggregation and data-size selection, so a liar's weight is bounded by
-        this over the others' total: set it near the largest real client.
+        this over the others' total: set it near the largest real client. The same bound
+        holds for the ``num-examples`` of a federated evaluation reply (it weighs the inner
+        strategy's average loss and metrics); a reply above it is left out.
     max_reply_bytes : int, "auto" or None, default "auto"
-        The most bytes one reply may carry (its arrays' data, and 8 per metric or config
-        value), counted before decoding; ``"auto"``: four times the model's size plus 1 MiB;
-        None: no limit.
+        The most bytes one reply may carry, every byte counted before decoding (arrays' data,
+        each string's and bytes value's length, inside lists too, 8 per number, keys and
+        names: :func:`fedselect.flower._protocol.content_nbytes`); ``"auto"``: four times the
+        model's size plus 1 MiB; None: no limit.
     update_norm_bound : float, optional
         Opt-in bound on update magnitudes: an update whose norm exceeds this multiple of the
         median norm of the updates it is aggregated with (the round's reporters, or a
@@ -952,6 +986,9 @@ class SelectorStrategy(Strategy):
         self._n_samples: dict[int, int] = {}
         # node -> (the client id it claimed, if that was the reason, and why): not asked again while it is alive
         self._refused: dict[int, tuple[int | None, str]] = {}
+        self._hellos: dict[str, tuple[int, float]] = {}  # hello message id -> (node, when sent): awaiting a reply
+        self._hello_backoff: dict[int, tuple[int, int]] = {}  # node -> (failed hellos, tick it may be asked again)
+        self._hello_tick = 0  # node refreshes so far: the unit of the hello back-off
         self._norm_history: list[float] = []  # accepted update norms of earlier rounds (update_norm_bound)
         self._loss_history: dict[int, list[float]] = {}
         self._rejected: dict[int, str] = {}  # this round's rejected replies: client -> reason
@@ -1182,13 +1219,18 @@ class SelectorStrategy(Strategy):
         round is logged as it ends (chosen, reported, failed and rejected clients, contained
         errors, the centralised evaluation). ``records_path``: a JSON-lines file that gets one
         line per round as it ends (:meth:`FlowerRound.to_dict`), appended and flushed, so a
-        run that stops keeps every finished round.
+        run that stops keeps every finished round. It must be a path (``str`` or
+        ``os.PathLike``; an int would be a file descriptor: TypeError), in an existing,
+        writable directory and not itself a directory (ValueError), checked before any
+        message or evaluation.
         """
         # Again (attributes may have been changed since construction), and the selector: an unknown
         # name or a bad selector parameter fails here, before any message is sent.
         validate_parameters(self, self._params(), self._parameter_constraints)
         self._resolved_selector()
         P.ModelLayout(initial_arrays, self.buffers)  # unknown buffer names, non-float parameters
+        if records_path is not None:
+            _check_records_path(records_path)
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
         result = Result()
@@ -1360,19 +1402,12 @@ class SelectorStrategy(Strategy):
             if node not in nodes or claimed in freed:
                 del self._refused[node]
         new = sorted(n for n in nodes if n not in self._client_of and n not in self._refused)
-        if not new:
-            return
-        messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in new]
-        replies = self._exchange(grid, messages, self.query_timeout, "hello")
+        replies = self._hello_replies(grid, nodes, new)
         limit = self._reply_limit()
-        for msg in replies:
-            node = None
+        for node, msg in replies:
             try:
-                node = int(msg.metadata.src_node_id)
-                if node not in new:
-                    continue
-                if msg.has_error():  # a node whose app fails (not yet started?) is asked again next round
-                    log(INFO, "fedselect: node %d answered hello with an error: %s", node, _text(msg.error.reason))
+                if msg.has_error():  # a node whose app fails (not yet started?) is asked again after a back-off
+                    self._hello_failed(node, f"answered hello with an error: {_text(msg.error.reason)}")
                     continue
                 if limit is not None and P.content_nbytes(msg.content) > limit:
                     raise _BadReply(f"a hello above max_reply_bytes={limit}")
@@ -1415,6 +1450,68 @@ class SelectorStrategy(Strategy):
             self._node_of[k] = node
             self._client_of[node] = k
             self._n_samples.setdefault(k, n_k)
+            self._hello_backoff.pop(node, None)
+
+    def _hello_replies(self, grid: Grid, nodes: set[int], new: Sequence[int]) -> list[tuple[int, Message]]:
+        """Send hellos to the nodes of ``new`` that may be asked now, and collect the hello replies that have
+        arrived, without waiting: (node, reply) pairs, the reply possibly an error (the SuperLink's own, for an
+        expired message, included).
+
+        A hello unanswered after ``query_timeout`` seconds counts as a failure (it keeps Flower's default
+        ``ttl``: a SuperNode that starts late may still answer it while it is awaited). A node
+        that failed is asked again after 1, 2, 4, ... node refreshes (one per round; the setup's polls of 0.2 s
+        too), at most ``_HELLO_BACKOFF_MAX`` apart, and never while its hello is awaited. So a hello is never
+        in a round's critical path: a node that has not answered yet is not a candidate until it does.
+        """
+        self._hello_tick += 1
+        for mid, (node, _) in list(self._hellos.items()):  # hellos to nodes that left are not awaited
+            if node not in nodes:
+                del self._hellos[mid]
+        for node in [n for n in self._hello_backoff if n not in nodes]:
+            del self._hello_backoff[node]
+        awaited = {node for node, _ in self._hellos.values()}
+        ask = [n for n in new if n not in awaited and self._hello_backoff.get(n, (0, 0))[1] <= self._hello_tick]
+        if ask:
+            messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in ask]
+            self._count("hello", messages, down=True)
+            sent = time.monotonic()
+            pushed = {str(i) for i in grid.push_messages(messages) if i}  # a grid lists only what it stored
+            for mid, node in _destinations(messages).items():  # push_messages wrote each message's id
+                if mid in pushed:
+                    self._hellos[mid] = (node, sent)
+                else:
+                    self._hello_failed(node, "its hello could not be pushed")
+        if not self._hellos:
+            return []
+        replies = list(grid.pull_messages(list(self._hellos)))
+        self._count("hello", replies, down=False)
+        out: list[tuple[int, Message]] = []
+        for msg in replies:
+            try:  # a reply's metadata is the client's: one that cannot be read is dropped
+                answers, src = str(msg.metadata.reply_to_message_id), int(msg.metadata.src_node_id)
+                node = self._hellos[answers][0] if answers in self._hellos else None
+                if node is None or (src != node and not (src == SUPERLINK_NODE_ID and msg.has_error())):
+                    log(WARNING, "fedselect: dropped a hello reply from node %s that answers no awaited hello", src)
+                    continue
+            except Exception as exc:
+                log(WARNING, "fedselect: dropped a hello reply whose metadata cannot be read (%s)", _why(exc))
+                continue
+            del self._hellos[answers]
+            out.append((node, msg))
+        now = time.monotonic()
+        for mid, (node, sent) in list(self._hellos.items()):
+            if now - sent >= float(self.query_timeout):
+                del self._hellos[mid]
+                self._hello_failed(node, f"did not answer hello within query_timeout={float(self.query_timeout):g}s")
+        return out
+
+    def _hello_failed(self, node: int, why: str) -> None:
+        """Back a node off after a failed hello: asked again 2**(f-1) refreshes later after f failures in a row,
+        at most ``_HELLO_BACKOFF_MAX``."""
+        failures = self._hello_backoff.get(node, (0, 0))[0] + 1
+        wait = min(2 ** min(failures - 1, 30), _HELLO_BACKOFF_MAX)
+        self._hello_backoff[node] = (failures, self._hello_tick + wait)
+        log(INFO, "fedselect: node %d %s; asked again in %d round(s)", node, why, wait)
 
     @property
     def client_nodes_(self) -> dict[int, int]:
@@ -1500,8 +1597,13 @@ class SelectorStrategy(Strategy):
                     expected = dst.get(str(answers), node)
                     from_link = node == SUPERLINK_NODE_ID and msg.has_error()  # the SuperLink answers for the node
                     if answers not in pending or (node != expected and not from_link):
-                        log(WARNING, "fedselect: dropped a reply from node %s that answers %s, not a message of this "
-                            "exchange to that node still waiting for its reply", node, _text(answers))
+                        log(
+                            WARNING,
+                            "fedselect: dropped a reply from node %s that answers %s, not a message of this "
+                            "exchange to that node still waiting for its reply",
+                            node,
+                            _text(answers),
+                        )
                         continue
                 except Exception as exc:
                     log(WARNING, "fedselect: dropped a reply whose metadata cannot be read (%s)", _why(exc))
@@ -1547,7 +1649,8 @@ class SelectorStrategy(Strategy):
 
     def _usable_evaluations(self, replies: list[Message]) -> list[Message]:
         """The evaluate replies the inner strategy may aggregate: from mapped nodes, not errors, below the
-        size limit, with a ``metrics`` record of finite numbers whose ``num-examples`` is a count, all with
+        size limit, with a ``metrics`` record of finite numbers whose ``num-examples`` is a count in
+        [0, ``max_num_examples``] (it weighs the inner strategy's average, as n_k weighs training), all with
         the key set most of them have (Flower's FedAvg refuses the whole round over one odd reply)."""
         usable = self._valid_replies(replies)
         good: list[tuple[Message, frozenset[str]]] = []
@@ -1560,7 +1663,8 @@ class SelectorStrategy(Strategy):
                 for key, value in metrics.items():
                     if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
                         raise _BadReply(f"{key!r}={value!r} is not a finite number")
-                _metric_int(metrics, P.NUM_EXAMPLES)
+                # bounded like a hello's n_k: one client's claimed count weighs the inner strategy's average
+                _metric_int(metrics, P.NUM_EXAMPLES, maximum=int(self.max_num_examples))
                 good.append((msg, frozenset(metrics.keys())))
             except Exception as exc:
                 log(WARNING, "fedselect: client %d sent an unusable evaluate reply (%s); left out", k, _why(exc))
