@@ -693,7 +693,7 @@ class FederatedTrainer(BaseEstimator):
     feedback_losses : {"auto", "always"}, default "auto"
         When the chosen clients evaluate l_k(w^t) before training (computed, charged, timed;
         ``RoundFeedback.losses``): ``"auto"`` only for a selector whose ``needs`` has ``"losses"``,
-        ``"always"`` every round (how every run before this option was charged). See :ref:`time`.
+        ``"always"`` every round (how every run before this option was charged). See :ref:`user_guide_time`.
     random_state : int or None
         Seeds the model initialisation (not of a module instance), the minibatch streams, dropout, and any selector
         whose own random_state is None: one seed gives the same run bit for bit on one machine.
