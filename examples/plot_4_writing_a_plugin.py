@@ -20,8 +20,11 @@ it by name.
 #   the oracle, ``oracle.losses(ids)``. A real server would have to send each of them the
 #   global model and receive a number back, so the simulator charges one model down and
 #   one scalar up per client asked;
-# * **free**: after a round, :class:`~fedselect.RoundFeedback` carries each trained
-#   client's loss before its local training, which a real server receives anyway.
+# * **with the round**: after a round, :class:`~fedselect.RoundFeedback` carries each
+#   trained client's loss before its local training, sent with its update. The client
+#   evaluates it on its own data first, so the runtime does that (and charges and times
+#   it) only for a selector that declares ``needs = frozenset({"losses"})``; without it
+#   ``feedback.losses`` is None.
 #
 # A client whose loss is still unknown counts as the largest known loss, so it is
 # likely to be tried. A client that does not answer (in a real federation, or with the
@@ -61,6 +64,7 @@ class LossProportionalSelector(BaseSelector):
         Seeds the probes and the draws.
     """
 
+    needs = frozenset({"losses"})  # update() reads feedback.losses: the runtime computes them only when declared
     _parameter_constraints: ClassVar[dict] = {"probe": [Interval(Integral, 0, None, closed="left")]}
 
     def __init__(self, *, probe=5, random_state=None):
@@ -87,7 +91,7 @@ class LossProportionalSelector(BaseSelector):
         return Selection(self.rng_.choice(self.n_clients_, size=n, replace=False, p=score / score.sum()))
 
     def _update(self, feedback: RoundFeedback):
-        self._remember(feedback.clients, feedback.losses)  # free: the trained clients report it anyway
+        self._remember(feedback.clients, feedback.losses)  # each reporter's loss before training (needs "losses")
 
 
 # %%

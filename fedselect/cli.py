@@ -185,7 +185,9 @@ _CLI_HELP: dict[str, str] = {
     "column: homogeneous (every client the median phone), mobile (phones drawn per seed: log-normal compute and "
     "bandwidth after FedScale, see docs/profiles.rst), a .npz or .json profiles file (SystemProfiles.save), or "
     "kind=mobile,NAME=VALUE,... with parameters of sample_profiles or homogeneous (e.g. "
-    "kind=mobile,mean_online=3600).",
+    "kind=mobile,mean_online=3600). The time model is FedScale's completion time plus two things FedScale's round "
+    "lacks: each chosen client's loss evaluation before training, timed only for a selector that needs those "
+    "losses (afl), and a client lost mid-round waited for until its update was due (docs/profiles.rst).",
 }
 
 # Metavars where the one the declared constraints give would not say what the option takes.

@@ -1,13 +1,17 @@
 """The simulated clock: how long each round lasts, from the clients' profiles and what the round sent.
 
-A round lasts as long as its critical path (FedScale's completion-time model, Lai et al. 2022):
+A round lasts as long as its critical path (FedScale's completion-time model, Lai et al. 2022, with two
+additions marked below: the loss evaluation of the training exchange and the mid-round wait):
 
 1. each oracle question is one exchange with the clients it reaches (a model or a request down,
    some work, an answer up); the server waits for the slowest answer, or for ``query_timeout``
    seconds, after which the late clients count as failed (they answer NaN, as failures do);
 2. then the training exchange: every chosen client that still has something to do downloads
-   ``w^t`` (unless it already holds it), trains (unless a question already trained it), sends
-   its loss (unless already known) and its update (unless already uploaded). The round waits
+   ``w^t`` (unless it already holds it), trains (unless a question already trained it), and sends
+   its update (unless already uploaded). Not in FedScale: for a selector whose ``needs`` has
+   ``"losses"`` (or ``FederatedTrainer(feedback_losses="always")``) it also evaluates its loss on
+   ``w^t`` over its evaluation data and sends it (unless already known), the ``samples evaluated``
+   term below; for any other selector that work is not done, charged or timed. The round waits
    for the slowest reporter, or stops at the ``keep``-th completion when the round
    over-selected (FedCS, Oort's over-commitment), or at the ``deadline`` for clients that
    miss it (stragglers).
@@ -31,8 +35,9 @@ client's update was due: never 0 s.
 Availability (profiles with on/off intervals): a client is available in a round iff it is
 online at the round's start (the trainer lets the selector choose only among those by
 default, ``choose_among="online"``); a chosen client counts only if it is still online when its
-training exchange ends (``start + questions + its time``), else it fails (the server sees
-it drop when its update was due). If no client is online at the clock, the round starts when
+training exchange ends (``start + questions + its time``), else it fails. Not in FedScale:
+the server cannot tell such a client from a slow one, so the round waits for it until its
+update was due (FedScale's round ignores it). If no client is online at the clock, the round starts when
 the first one comes online. Without intervals, availability is the trainer's per-round draw.
 
 The clock is used by the simulator's transport

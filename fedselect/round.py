@@ -48,8 +48,9 @@ class Reports:
         The reporters, in the order of the selection's clients.
     updates : Tensor or ndarray, shape (len(clients), D)
         Their updates w_k - w^t (float32).
-    losses : ndarray of float
-        Their losses l_k(w^t) before local training.
+    losses : ndarray of float, or None
+        Their losses l_k(w^t) before local training; None when the transport did not ask for
+        them (the selector's ``needs`` lacks ``"losses"``): passed on as ``RoundFeedback.losses``.
     n_samples : ndarray of int
         Their n_k.
     durations : ndarray of float, optional
@@ -65,7 +66,7 @@ class Reports:
 
     clients: np.ndarray
     updates: Any
-    losses: np.ndarray
+    losses: np.ndarray | None
     n_samples: np.ndarray
     durations: np.ndarray | None = None
     sample_loss_sq: np.ndarray | None = None
@@ -157,7 +158,8 @@ def conclude_round(
     round : int
     needs : frozenset of str
         The selector's ``needs`` (``"updates"``, ``"global"``, ``"durations"``,
-        ``"sample_losses"``): what the feedback carries (the last two as the reports bring them).
+        ``"sample_losses"``): what the feedback carries (the last two as the reports bring them;
+        ``"losses"`` too, which the transport asks for or not when it starts the training).
     rule, n_samples, partial_weights
         As :func:`fedselect.aggregation.aggregation_weights`.
     accumulate : {"float32", "float64"}

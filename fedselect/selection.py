@@ -366,9 +366,13 @@ class RoundFeedback:
         The clients that reported.
     weights : ndarray of float
         The aggregation weight each reporting client's delta received.
-    losses : ndarray of float
+    losses : ndarray of float, or None
         l_k(w^t): each client's loss on the global model *before* its local training,
-        on its evaluation data.
+        on its evaluation data (one scalar up per reporter, and a forward pass over its
+        evaluation data, charged and timed). None when the runtime did not compute them:
+        the simulator computes them only when the selector's ``needs`` has ``"losses"``
+        (or ``FederatedTrainer(feedback_losses="always")``), and so does the Flower
+        strategy. A selector that reads them declares ``"losses"``.
     n_samples : ndarray of int
         n_k of each reporting client.
     updates : ndarray of float32, shape (len(clients), D), or None
@@ -405,7 +409,7 @@ class RoundFeedback:
     round: int
     clients: np.ndarray
     weights: np.ndarray
-    losses: np.ndarray
+    losses: np.ndarray | None
     n_samples: np.ndarray
     updates: np.ndarray | None = None
     global_before: np.ndarray | None = None
@@ -454,7 +458,7 @@ class RoundFeedback:
                 object.__setattr__(self, name, arr)
         k = self.clients.shape[0]
         for name in ("weights", "losses", "n_samples"):
-            if getattr(self, name).shape[0] != k:
+            if getattr(self, name) is not None and getattr(self, name).shape[0] != k:
                 raise ValueError(f"RoundFeedback.{name} has {getattr(self, name).shape[0]} entries for {k} clients")
         if self.updates is not None and self.updates.shape[0] != k:
             raise ValueError(f"RoundFeedback.updates has {self.updates.shape[0]} rows for {k} clients")
@@ -598,7 +602,10 @@ class BaseSelector(BaseEstimator):
     Attributes
     ----------
     needs : frozenset of str
-        What :class:`RoundFeedback` must carry: ``"updates"`` (per-client deltas),
+        What :class:`RoundFeedback` must carry: ``"losses"`` (each reporter's loss on
+        w^t before its local training: a forward pass over its evaluation data and one
+        scalar up each, computed, charged and timed only for a selector that declares it),
+        ``"updates"`` (per-client deltas),
         ``"global"`` (the global model before and after aggregation), ``"durations"``
         (each reporter's observed seconds, free; only a runtime with a clock has them) and
         ``"sample_losses"`` (each reporter's mean squared per-sample training loss, one

@@ -25,7 +25,8 @@ questions are recorded and costed. They check the estimator conventions (keyword
 ``__init__`` storing parameters verbatim, ``clone``, ``repr``, ``NotFittedError``),
 that selections are valid for several federations and several ``n``, reproducibility
 under a fixed ``random_state``, that ``fit`` starts over, that neither ``select``
-nor ``update`` mutates its inputs, and that clients that do not answer (NaN answers,
+nor ``update`` mutates its inputs, that a selector reading ``RoundFeedback.losses`` declares
+``"losses"`` in ``needs`` (``check_declared_losses``), and that clients that do not answer (NaN answers,
 partial or empty feedback: ``check_missing_answers``) never break the selector.
 
 The checks judge only what the selector contract promises (the public ``fit``,
@@ -59,7 +60,7 @@ from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Se
 
 __all__ = ["SyntheticOracle", "check_selector", "make_pools", "parametrize_with_checks", "yield_checks"]
 
-KNOWN_NEEDS = frozenset({"updates", "global", "durations", "sample_losses"})
+KNOWN_NEEDS = frozenset({"losses", "updates", "global", "durations", "sample_losses"})
 
 
 # ---------------------------------------------------------------------------------------
@@ -185,6 +186,7 @@ class SyntheticOracle(ClientOracle):
         self.calls: list[tuple[str, tuple[int, ...]]] = []
         self._n_trials = 0
         self._reports: Reports | None = None  # start_training's, until finish_training
+        self._round_needs: frozenset[str] = frozenset()  # run_round's needs, for start_training
         self._new_round_state()
 
     # -- bookkeeping ----------------------------------------------------------------
@@ -357,7 +359,11 @@ class SyntheticOracle(ClientOracle):
             The (validated) clients of this round.
         needs : frozenset of str
             The selector's ``needs``: ``"updates"`` adds the per-client deltas to the
-            feedback, ``"global"`` the global model before and after aggregation.
+            feedback, ``"global"`` the global model before and after aggregation,
+            ``"sample_losses"`` each reporter's squared loss as its ``sample_loss_sq``
+            (one scalar up each). This test world sends every reporter's loss whatever
+            ``needs`` says (:func:`check_declared_losses` hides it from selectors that do
+            not declare ``"losses"``).
 
         Returns
         -------
@@ -365,7 +371,11 @@ class SyntheticOracle(ClientOracle):
             Only the clients that reported.
         """
         self._ids(selection.clients, "run_round")
-        self.start_training(selection.clients)  # trains at once: nothing for the caller to answer
+        self._round_needs = frozenset(needs)
+        try:
+            self.start_training(selection.clients)  # trains at once: nothing for the caller to answer
+        finally:
+            self._round_needs = frozenset()
         agg = conclude_round(self, selection, self.w, round=self.round, needs=needs, rule="mean", accumulate="float64")
         self.w = agg.theta
         self.round += 1
@@ -381,9 +391,14 @@ class SyntheticOracle(ClientOracle):
         reporters = ids[np.array([not led.is_failed(k) for k in ids.tolist()], dtype=bool)]
         self._pay_losses(reporters)  # clients report their loss on w^t with their update
         led.upload(reporters)
-        self._charge(before_costs)
         losses = self._loss_at(self.w, self._eval_noise(0))[reporters]
-        self._reports = Reports(reporters, self._deltas(reporters), losses, self.n_samples[reporters])
+        sq = None
+        if "sample_losses" in self._round_needs:  # a quadratic client's squared loss stands for Oort's statistic
+            sq = np.square(losses)
+            led.record_scalars_up(int(reporters.size))
+        self._charge(before_costs)
+        self._reports = Reports(reporters, self._deltas(reporters), losses, self.n_samples[reporters],
+                                sample_loss_sq=sq)
 
     def finish_training(self, reply: None = None) -> Reports:
         """The reports of :meth:`start_training`'s training."""
@@ -722,6 +737,59 @@ def check_available_clients(
                 ) from exc
 
 
+class _WatchedFeedback(RoundFeedback):
+    """A :class:`RoundFeedback` without losses (None, as a runtime sends it to a selector that does not declare
+    ``"losses"``) that records every read of ``losses``."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "losses":
+            try:
+                object.__getattribute__(self, "_reads").append(name)
+            except AttributeError:  # RoundFeedback's own checks, while it is built
+                pass
+        return object.__getattribute__(self, name)
+
+
+def _watched(feedback: RoundFeedback) -> _WatchedFeedback:
+    fields = {f: getattr(feedback, f) for f in RoundFeedback.__dataclass_fields__}
+    out = _WatchedFeedback(**{**fields, "losses": None})
+    object.__setattr__(out, "_reads", [])
+    return out
+
+
+def check_declared_losses(
+    selector: BaseSelector, *, n_rounds: int = 10, pools: Sequence[ClientPool] | None = None
+) -> None:
+    """A selector that reads ``RoundFeedback.losses`` declares ``"losses"`` in ``needs``.
+
+    Runtimes compute the reporters' losses before training only for selectors that declare
+    it (``RoundFeedback.losses`` is None otherwise). A selector without ``"losses"`` gets
+    feedback whose ``losses`` is None and records its reads; reading it in ``update`` or in the
+    next ``select`` fails the check.
+    """
+    if "losses" in selector.needs:
+        return
+    pool = (make_pools(0, (20,)) if pools is None else pools)[0]
+    est = _seeded(selector, 0)
+    est.fit(pool)
+    oracle = SyntheticOracle(pool.n_clients, n_samples=pool.n_samples, random_state=0)
+    n = _some_n(pool.n_clients, 4)
+    seen: list[_WatchedFeedback] = []
+    for t in range(n_rounds):
+        sel = est.select(n, round=t, oracle=oracle)
+        if any(fb._reads for fb in seen):
+            break
+        sel = sel.validated(pool.n_clients, n, variable_size=_variable_size(est), source=type(est).__name__)
+        seen.append(_watched(oracle.run_round(sel, needs=est.needs)))
+        est.update(seen[-1])
+    read = [t for t, fb in enumerate(seen) if fb._reads]
+    assert not read, (
+        f"round {read[0]}: {type(est).__name__} read RoundFeedback.losses but its needs "
+        f"{sorted(est.needs)} lack 'losses'; runtimes compute the losses (and leave them not None) only for a "
+        "selector that declares needs={'losses', ...}"
+    )
+
+
 def yield_checks(
     selector: BaseSelector,
     *,
@@ -768,6 +836,7 @@ def yield_checks(
         ("check_valid_selections", p(check_valid_selections, selector, n_rounds=n_rounds, pools=pools)),
         ("check_reproducible", p(check_reproducible, selector, n_rounds=n_rounds, seeds=seeds, pools=pools)),
         ("check_no_mutation", p(check_no_mutation, selector, n_rounds=min(n_rounds, 10), pools=pools)),
+        ("check_declared_losses", p(check_declared_losses, selector, n_rounds=min(n_rounds, 10), pools=pools)),
         ("check_missing_answers", p(check_missing_answers, selector, n_rounds=n_rounds, pools=pools)),
         ("check_refit_starts_over", p(check_refit_starts_over, selector, n_rounds=n_rounds, pools=pools)),
         ("check_available_clients", p(check_available_clients, selector, n_rounds=min(n_rounds, 20), pools=pools)),

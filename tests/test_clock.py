@@ -113,12 +113,14 @@ def _hand(p, k, D, *, down=0, up=0, scalars=0, floats=0, train=0, ev=0):
 
 
 def test_critical_path_of_a_plain_round(fed):
-    """No questions: each chosen client downloads, trains, evaluates its loss and uploads; the slowest ends it."""
+    """No questions: each chosen client downloads, trains, evaluates its loss (the selector needs it) and uploads;
+    the slowest ends it."""
     import dataclasses
 
     p = _profiles()
     ev = _eval_sizes(fed)
-    tr = _trainer(Scripted(choose=(1, 3)), rounds=2).fit(dataclasses.replace(fed, profiles=p))
+    sel = Scripted(choose=(1, 3), needs_=("durations", "losses"))
+    tr = _trainer(sel, rounds=2).fit(dataclasses.replace(fed, profiles=p))
     D = tr.history_.model_size
     full = max(_hand(p, k, D, down=1, train=TRAIN, ev=ev[k], scalars=1, up=1) for k in (1, 3))
     assert [r.sim_seconds for r in tr.history_.rounds] == pytest.approx([full, full], rel=1e-12)
@@ -164,7 +166,8 @@ def test_critical_path_of_compressed_local_updates(fed):
 
     p = _profiles()
     ev = _eval_sizes(fed)
-    tr = _trainer(Scripted(updates=(4, 5), choose=(4, 5))).fit(dataclasses.replace(fed, profiles=p))
+    sel = Scripted(updates=(4, 5), choose=(4, 5), needs_=("durations", "losses"))
+    tr = _trainer(sel).fit(dataclasses.replace(fed, profiles=p))
     D = tr.history_.model_size
     u = max(_hand(p, k, D, down=1, train=TRAIN, floats=10) for k in (4, 5))
     r = max(_hand(p, k, D, up=1, ev=ev[k], scalars=1) for k in (4, 5))
@@ -252,7 +255,8 @@ def test_overselect_keeps_the_first_k_to_finish(fed):
     p = _profiles()
     ev = _eval_sizes(fed)
     D = 650
-    tr = _trainer(Scripted(choose=(5, 3, 0, 1)), clients_per_round=2, straggler_policy="overselect", overselect=1.5)
+    sel = Scripted(choose=(5, 3, 0, 1), needs_=("durations", "losses"))
+    tr = _trainer(sel, clients_per_round=2, straggler_policy="overselect", overselect=1.5)
     tr.fit(dataclasses.replace(fed, profiles=p))
     assert tr.selector_.asked_n_ == [3]  # ceil(2 x 1.5)
     full = {k: _hand(p, k, D, down=1, train=TRAIN, ev=ev[k], up=1, scalars=1) for k in (5, 3, 0)}

@@ -87,6 +87,8 @@ N = 12
 class Script(BaseSelector):
     """Asks the same questions every runtime must charge alike, then chooses a fixed set."""
 
+    needs = frozenset({"losses"})  # the reporters send their losses (the synthetic world always charges them)
+
     def __init__(self, *, random_state=None):
         self.random_state = random_state
 

@@ -74,6 +74,9 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         "time_budget": None,  # every run before time budgets ran to its round cap (or its target)
         "device": "cpu",  # every run before devices trained on the CPU
         "engine": "eager",  # every run before the compiled path trained on the eager one
+        # every run before this option computed, charged and timed each reporter's loss on w^t, needed or not; the
+        # default ("auto": only for a selector whose needs has "losses") is left in a checkpoint's identity
+        "feedback_losses": "always",
     },
     "fedselect.selectors.clustered:ClusteredSamplingSelector": {"similarity": "dense", "n_neighbors": 10},
     "fedselect.selectors.ocs:OptimalClientSamplingSelector": {"max_trained": None},

@@ -277,6 +277,12 @@ class FlowerOracle(ClientOracle):
     def _needs_sample_losses(self) -> bool:
         return "sample_losses" in self._st.selector_.needs
 
+    @property
+    def _needs_losses(self) -> bool:
+        """Whether the chosen clients evaluate their loss on w^t before training (the selector needs
+        ``"losses"``), as the simulator's ``feedback_losses="auto"`` does."""
+        return "losses" in self._st.selector_.needs
+
     def _parse_sample_loss(self, content: RecordDict) -> float | None:
         """The reply's checked ``sample_loss_sq`` when the selector needs it (:func:`fedselect.flower._protocol.
         sample_loss_sq`), else None (not asked, not read)."""
@@ -419,10 +425,11 @@ class FlowerOracle(ClientOracle):
 
         The chosen clients whose update the server does not already hold get a ``train``
         message (with ``w^t`` unless they received it earlier this round, asking their loss on
-        ``w^t`` too when not yet known); clients without a live node fail. Each reply is checked as the oracle's are
+        ``w^t`` too when not yet known and the selector needs ``"losses"``); clients without a live node
+        fail. Each reply is checked as the oracle's are
         (layout, counts, finite and bounded loss, size, and the sample loss when the selector
         needs it: :func:`fedselect.flower._protocol.sample_loss_sq`); a chosen client already trained for an
-        oracle question is asked only its loss, when unknown (the cached model: no model down,
+        oracle question is asked only its loss, when unknown and needed (the cached model: no model down,
         one scalar up), as the simulator asks every reporter's loss
         (``SimulationOracle.run_selection``). Then the opt-in ``update_norm_bound`` rejects or
         clips the reporters' updates, before any weight: the reports are what is left. Their
@@ -448,7 +455,7 @@ class FlowerOracle(ClientOracle):
             cfg[P.PURPOSE] = "main"
             cfg[P.MODEL_KIND] = "global"
             cfg["server-round"] = server_round
-            cfg[P.NEED_LOSS] = not led.has_loss(k)
+            cfg[P.NEED_LOSS] = self._needs_losses and not led.has_loss(k)
             if self._needs_sample_losses:
                 cfg[P.NEED_SAMPLE_LOSS] = True
             if cfg[P.NEED_LOSS]:
@@ -534,7 +541,7 @@ class FlowerOracle(ClientOracle):
             losses = st._clip_losses(loss_ids, losses, on_global=True)
             led.record_losses(np.asarray(loss_ids, dtype=np.int64), np.asarray(losses), samples_evaluated=evaluated)
         held = np.array([k for k in ids.tolist() if not led.is_failed(k) and led.trained(k)], dtype=np.int64)
-        ask = led.losses_to_ask(held) if held.size else held
+        ask = led.losses_to_ask(held) if held.size and self._needs_losses else held[:0]
         if ask.size:
             self.losses(ask)
         keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
@@ -567,7 +574,7 @@ class FlowerOracle(ClientOracle):
             return Reports(
                 reported,
                 np.zeros((0, self._theta.size), np.float32),
-                led.loss(reported),
+                led.loss(reported) if self._needs_losses else None,
                 np.zeros(0, dtype=np.int64),
                 durations,
                 sq,
@@ -584,7 +591,8 @@ class FlowerOracle(ClientOracle):
             st._norm_history.extend(np.linalg.norm(stacked.astype(np.float64), axis=1).tolist())
             del st._norm_history[:-50]
         n_k = np.array([st._n_samples[int(k)] for k in reported], dtype=np.int64)
-        return Reports(reported, stacked, led.loss(reported), n_k, durations, sq, timed_out, after)
+        losses = led.loss(reported) if self._needs_losses else None
+        return Reports(reported, stacked, losses, n_k, durations, sq, timed_out, after)
 
     def aggregate_buffers(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
         """The global buffers after averaging trained clients ``ids`` with ``weights``
@@ -1101,13 +1109,10 @@ class SelectorStrategy(Strategy):
             return None, None
         record.weights = [float(w) for w in fb.weights]
         self._finish(record, led, st["start"])
-        metrics = MetricRecord(
-            {
-                "fedselect-reported": int(fb.clients.size),
-                "fedselect-failed": len(record.failed),
-                "fedselect-train-loss-before": float(np.average(fb.losses, weights=fb.n_samples)),
-            }
-        )
+        values: dict[str, Any] = {"fedselect-reported": int(fb.clients.size), "fedselect-failed": len(record.failed)}
+        if fb.losses is not None:  # asked only for a selector that needs "losses"
+            values["fedselect-train-loss-before"] = float(np.average(fb.losses, weights=fb.n_samples))
+        metrics = MetricRecord(values)
         return self._layout.record(agg.theta, agg.buffers), metrics
 
     # -- the round's hooks (fedselect.round) ----------------------------------------------

@@ -51,7 +51,9 @@ class ActiveFLSelector(BaseSelector):
     ``loss_clip_quantile`` and the docs' security model).
 
     **Costs.** One loss from every client at the first :meth:`select` (N models down, N scalars up, once);
-    afterwards nothing beyond the round. Clients that do not answer a loss query: :ref:`selector_afl`.
+    afterwards each reporter's loss before training (``needs = {"losses"}``: one scalar up and a forward
+    pass over its evaluation data, which a runtime computes only for selectors that declare it).
+    Clients that do not answer a loss query: :ref:`selector_afl`.
 
     Parameters
     ----------
@@ -108,6 +110,7 @@ class ActiveFLSelector(BaseSelector):
         self.alpha3 = alpha3
         self.random_state = random_state
 
+    needs: ClassVar[frozenset[str]] = frozenset({"losses"})
     _parameter_constraints: ClassVar[dict[str, Any]] = {
         "alpha1": [Interval(Real, 0, 1, closed="left")],
         "alpha2": [Interval(Real, 0, None, closed="left")],

@@ -384,8 +384,13 @@ class OortSelector(DurationKnowledge, BaseSelector):
         t = int(feedback.round)
         if feedback.sample_loss_sq is not None:
             util = np.sqrt(np.asarray(feedback.sample_loss_sq, dtype=np.float64))
-        else:
+        elif feedback.losses is not None:  # a runtime without sample losses that sends the losses anyway
             util = np.abs(np.asarray(feedback.losses, dtype=np.float64))
+        else:
+            raise ValueError(
+                f"{type(self).__name__}: round {t}: the feedback has neither sample_loss_sq nor losses; the runtime "
+                f"must honour needs={sorted(self.needs)}"
+            )
         ok = np.isfinite(util)
         new = self.bin_[ids] * util
         self.reward_[ids[ok]] = new[ok]

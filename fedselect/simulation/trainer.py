@@ -63,6 +63,7 @@ __all__ = [
 _AGGREGATIONS = ("mean", "data-size")
 STRAGGLER_POLICIES = ("fail", "overselect")
 CHOOSE_AMONG = ("online", "all")
+FEEDBACK_LOSSES = ("auto", "always")  # FederatedTrainer(feedback_losses=...)
 _CEIL_EPS = 1e-9  # absorbs float error in ceil(K * overselect), e.g. 10 * 1.1 = 11.000000000000002
 
 
@@ -259,6 +260,11 @@ class SimulationOracle(ClientOracle):
     observed : bool, default True
         With a clock: the reporters' durations and the timed-out clients go to the reports. False
         (the default clock, which only records time): they do not.
+    report_losses : bool, default True
+        Each reporter also evaluates its loss on w^t before training (unless already known this
+        round) and sends it with its update: a forward pass over its evaluation data, charged
+        (samples evaluated, one scalar up) and timed (the training exchange's evaluation term).
+        False (a selector that does not need ``"losses"``): no such work; ``Reports.losses`` is None.
     """
 
     def __init__(
@@ -284,6 +290,7 @@ class SimulationOracle(ClientOracle):
         sample_losses: bool = False,
         available: np.ndarray | None = None,
         observed: bool = True,
+        report_losses: bool = True,
     ) -> None:
         self.ledger = ledger
         self.round = ledger.round
@@ -308,6 +315,7 @@ class SimulationOracle(ClientOracle):
         self._sample_losses = bool(sample_losses)
         self._available = None if available is None else np.asarray(available, dtype=np.int64)
         self._observed = bool(observed)
+        self._report_losses = bool(report_losses)
         self._sample_sq: dict[int, float] = {}  # each trained client's mean squared per-sample loss
         self._timed_out: tuple[np.ndarray, np.ndarray] | None = None  # the clock's censored clients this round
         self._started: _Started | None = None  # run_selection between its halves
@@ -534,8 +542,8 @@ class SimulationOracle(ClientOracle):
         """Run round t for the chosen (distinct) ``ids``: what the server receives.
 
         Clients not yet holding w^t receive it; those not yet trained this round train;
-        each client that reports sends its loss on w^t (unless already known) and its
-        update (unless already uploaded). Failed clients do not report.
+        each client that reports sends its loss on w^t (unless already known; only with
+        ``report_losses``) and its update (unless already uploaded). Failed clients do not report.
 
         Returns
         -------
@@ -543,8 +551,8 @@ class SimulationOracle(ClientOracle):
             The chosen clients that reported, in the order of ``ids``.
         updates : Tensor, shape (len(reporters), D)
             Their updates w_k - w^t.
-        losses : ndarray of float
-            Their losses l_k(w^t) before local training.
+        losses : ndarray of float, or None
+            Their losses l_k(w^t) before local training (None without ``report_losses``).
         """
         request = self._start_selection(ids)
         return self._finish_selection(None if request is None else request.run())
@@ -595,7 +603,7 @@ class SimulationOracle(ClientOracle):
         self._started = _Started(ids, todo, request, cut)
         return request
 
-    def _finish_selection(self, reply: tuple[Any, ...] | None) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+    def _finish_selection(self, reply: tuple[Any, ...] | None) -> tuple[np.ndarray, torch.Tensor, np.ndarray | None]:
         """The second half of :meth:`run_selection`, given the result of the request of the first."""
         led = self.ledger
         sel, self._started = self._started, None
@@ -606,12 +614,13 @@ class SimulationOracle(ClientOracle):
         if sel.cut is not None and sel.cut.size:  # over-selected clients that finished after the first `keep`
             led.mark_failed(sel.cut)
         ids = sel.ids
-        self._ask_losses(led.losses_to_ask(ids))
+        if self._report_losses:
+            self._ask_losses(led.losses_to_ask(ids))
         reporters = led.alive(ids)  # after the losses: a client whose loss is not finite did not report
         led.upload(reporters)
         if self._sample_losses and reporters.size:
             led.record_scalars_up(int(reporters.size))  # each reporter's sample_loss_sq, sent with its update
-        return reporters, self._updates_of(reporters), led.loss(reporters)
+        return reporters, self._updates_of(reporters), led.loss(reporters) if self._report_losses else None
 
     def _settle(self, ids: np.ndarray, new: np.ndarray,
                 todo: np.ndarray) -> tuple[np.ndarray, list[list[np.ndarray]], np.ndarray]:
@@ -632,6 +641,8 @@ class SimulationOracle(ClientOracle):
             down = np.isin(ids, new)
             ask = ~led.has_loss_mask(ids) & ~failed
             up = ~failed & ~led.uploaded_mask(ids)
+        if not self._report_losses:  # no loss on w^t asked: neither its evaluation nor its scalar is timed
+            ask = np.zeros(ids.size, dtype=bool)
         scalars = np.add(ask, ~failed, dtype=np.int64) if self._sample_losses else ask  # + sample_loss_sq
         settled = self.clock.settle(
             ids, failed=failed, keep=self._keep, models_down=down, models_up=up, scalars_up=scalars,
@@ -709,6 +720,10 @@ class FederatedTrainer(BaseEstimator):
         Evaluate the test set every this many rounds (and at the last round).
     track_global_loss : bool, default False
         Record sum_k p_k l_k(w^{t+1}) each evaluated round (bookkeeping, not charged).
+    feedback_losses : {"auto", "always"}, default "auto"
+        When the chosen clients evaluate l_k(w^t) before training (computed, charged, timed;
+        ``RoundFeedback.losses``): ``"auto"`` only for a selector whose ``needs`` has ``"losses"``,
+        ``"always"`` every round (how every run before this option was charged). See :ref:`user_guide_time`.
     random_state : int or None
         Seeds the model initialisation (not of a module instance), the minibatch streams, dropout, and any selector
         whose own random_state is None: one seed gives the same run bit for bit on one machine.
@@ -854,6 +869,7 @@ class FederatedTrainer(BaseEstimator):
         time_budget: float | None = None,
         eval_every: int = 1,
         track_global_loss: bool = False,
+        feedback_losses: str = "auto",
         random_state: int | None = None,
         progress: bool = False,
         n_threads: int | None = 1,
@@ -896,6 +912,7 @@ class FederatedTrainer(BaseEstimator):
         self.time_budget = time_budget
         self.eval_every = eval_every
         self.track_global_loss = track_global_loss
+        self.feedback_losses = feedback_losses
         self.random_state = random_state
         self.progress = progress
         self.n_threads = n_threads
@@ -943,6 +960,7 @@ class FederatedTrainer(BaseEstimator):
         "time_budget": [None, Interval(Real, 0, None, closed="neither")],
         "eval_every": [Interval(Integral, 1, None, closed="left")],
         "track_global_loss": ["boolean"],
+        "feedback_losses": [StrOptions(FEEDBACK_LOSSES)],
         "random_state": [None, Interval(Integral, 0, None, closed="left")],
         "progress": ["boolean"],
         "n_threads": [None, Interval(Integral, 1, None, closed="left")],
@@ -1541,6 +1559,7 @@ class _Fit:
             sample_losses="sample_losses" in self.selector.needs,
             available=online,
             observed=tr._clock_observed,
+            report_losses=tr.feedback_losses == "always" or "losses" in self.selector.needs,
         )
         record = RoundRecord(round=t, clients=[], weights=[], lr=lr)
         opened = open_round(oracle, oracle, self.selector, n, self.theta, round=t, n_clients=fed.n_clients,

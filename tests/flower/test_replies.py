@@ -11,6 +11,7 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
 from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
 from fedselect.selection import BaseSelector, Selection
+from fedselect.selectors.random import RandomSelector
 
 from .conftest import TRAIN
 
@@ -81,6 +82,8 @@ def _run(fed, app, selector, rounds=2, n_nodes=None, **kw):
 class AskAll(BaseSelector):
     """Asks every client's loss, chooses the n clients with the lowest known loss; records what it saw."""
 
+    needs = frozenset({"losses"})  # its feedback carries the reporters' losses
+
     def __init__(self):
         pass
 
@@ -115,6 +118,12 @@ def test_a_malformed_loss_reply_fails_that_client(fed8, case):
     assert np.isfinite(flat).all()
 
 
+class RandomNeedingLosses(RandomSelector):
+    """Uniform random selection that declares ``"losses"``: every chosen client is asked its loss on w^t."""
+
+    needs = frozenset({"losses"})
+
+
 def test_a_train_reply_without_the_requested_loss_fails_that_client(fed8):
     def tamper(message, reply):
         if message.metadata.message_type == "train":
@@ -123,7 +132,7 @@ def test_a_train_reply_without_the_requested_loss_fails_that_client(fed8):
 
     clients = FederationClients(fed8, random_state=0, **TRAIN)
     app = Tampering(clients.client_app(), tamper, partitions=[3])
-    strategy, _, _ = _run(fed8, app, "random", clients_per_round=8)
+    strategy, _, _ = _run(fed8, app, RandomNeedingLosses(), clients_per_round=8)  # the loss is asked
     for rec in strategy.rounds_:
         assert rec.clients == list(range(8))
         assert rec.failed == [3] and 3 not in rec.reported and len(rec.reported) == 7

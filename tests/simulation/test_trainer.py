@@ -123,7 +123,11 @@ def test_default_rules_mean_and_data_size(digits_fed_holdout):
 
 def test_feedback_losses_are_losses_before_training(digits_fed_holdout):
     fed = digits_fed_holdout
-    tr = FederatedTrainer(selector=Fixed(clients=(0, 1, 2)), random_state=0, **FAST).fit(fed)
+
+    class FixedWithLosses(Fixed):  # the feedback carries the losses only for a selector that needs them
+        needs = frozenset({"updates", "global", "losses"})
+
+    tr = FederatedTrainer(selector=FixedWithLosses(clients=(0, 1, 2)), random_state=0, **FAST).fit(fed)
     from fedselect.simulation.engine import Engine
     from fedselect.simulation.models import build_model
 
