@@ -162,7 +162,13 @@ OPTION_NAMES: dict[str, tuple[str, ...]] = {
 
 # The command line's own defaults where they differ from Python's, and why. Nothing else differs: an option
 # not given takes the preset's value, else the Python default its help states.
-CLI_DEFAULTS: dict[str, tuple[Any, str]] = {}
+CLI_DEFAULTS: dict[str, tuple[Any, str]] = {
+    "n_threads": (
+        1,
+        "Python's default too; the command line writes it into every run's settings, as it did when it was the "
+        "command line's own default, so runs stored then keep their keys",
+    ),
+}
 
 # Help where the docstring has no description of its own, or one that speaks of what a command line cannot give
 # (a module, a function); every other option's help is the first sentence of its parameter's numpydoc description.
