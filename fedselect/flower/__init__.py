@@ -7,7 +7,8 @@
   answers training, evaluation and every fedselect query;
 - :class:`FederationClients`: the clients of a fedselect ``Federation`` served through
   Flower with the simulator's training arithmetic (same experiment, both worlds);
-- :class:`LocalGrid`: an in-process Grid for tests and debugging (no Ray).
+- :class:`LocalGrid`: an in-process Grid for tests and debugging (no Ray);
+- :func:`read_node_binding`: the operator's binding of client ids to authenticated nodes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "fedselect.flower needs Flower: pip install 'fedselect[flower]' (flwr>=1.41,<2)"
     ) from exc
 
+from .binding import read_node_binding
 from .client import make_client_app
 from .federation import FederationClients
 from .grid import LocalGrid
@@ -33,4 +35,5 @@ __all__ = [
     "SelectorStrategy",
     "Traffic",
     "make_client_app",
+    "read_node_binding",
 ]

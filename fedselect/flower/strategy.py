@@ -23,13 +23,22 @@ from flwr.serverapp.strategy import FedAvg, Result, Strategy
 from flwr.supercore import log
 from sklearn.base import clone
 
-from .._validation import InstanceOf, Interval, Predicate, StrOptions, validate_parameters
+from .._validation import (
+    InstanceOf,
+    Interval,
+    InvalidParameterError,
+    Predicate,
+    StrOptions,
+    parameter_message,
+    validate_parameters,
+)
 from ..aggregation import aggregation_weights, apply_deltas, average_buffer_arrays
 from ..ledger import PARTIAL_WEIGHTS, RoundLedger
 from ..round import Aggregate, Reports, open_round
 from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 from ..simulation.history import History, RoundRecord, Traffic
 from . import _protocol as P
+from .binding import is_node_binding
 
 __all__ = ["FlowerOracle", "FlowerRound", "SelectorStrategy"]
 
@@ -801,7 +810,8 @@ class SelectorStrategy(Strategy):
     the feedback), with a warning naming the client and the reason
     (:attr:`FlowerRound.rejected`). A client id is bound to the first node that claims it
     with a usable hello; another node's claim while that node is alive is refused and
-    logged, never swapped in, and a client's n_k is the one its first usable hello gave. An
+    logged, never swapped in, and a client's n_k is the one its first usable hello gave
+    (``node_binding`` binds ids to authenticated nodes instead). An
     exception a selector raises in ``select`` after clients answered its questions, or in
     ``update``, skips that step for the round with an error in the log and in
     :attr:`FlowerRound.errors`; the server stops only for its own faults (a parameter, an
@@ -892,6 +902,13 @@ class SelectorStrategy(Strategy):
         A loss answer with a larger magnitude is refused (its client fails the round): no
         training loss is that large, and a selector squaring or differencing it would
         overflow or be captured by it. A sample loss above its square is refused too.
+    node_binding : mapping of int to int, optional
+        Flower node id -> the one client id that node may claim (distinct ids, each client id
+        below ``n_clients``; :func:`fedselect.flower.read_node_binding` reads one from JSON).
+        With SuperNode authentication a node id stands for one registered key, so this binds
+        client ids to authenticated identities: a node not in the binding gets no message at
+        all, and a bound node whose hello claims another id is refused (both logged, not asked
+        again while connected). Default None: the first usable claim of an id holds it.
 
     Raises
     ------
@@ -942,6 +959,14 @@ class SelectorStrategy(Strategy):
         "loss_clip_quantile": [None, Interval(Real, 0, 1, closed="right")],
         "loss_clip_history": [None, Interval(Real, 1, None, closed="left")],
         "max_abs_loss": [Interval(Real, 0, None, closed="neither")],
+        "node_binding": [
+            None,
+            Predicate(
+                is_node_binding,
+                "a non-empty mapping of distinct node ids (int >= 0) to distinct client ids (int >= 0)",
+                examples=[{}, {1: -1}, {1: 0, 2: 0}, {"1": 0}, [(1, 0)], {1: True}],
+            ),
+        ],
     }
 
     def _params(self) -> dict[str, Any]:
@@ -968,6 +993,7 @@ class SelectorStrategy(Strategy):
         loss_clip_quantile: float | None = None,
         loss_clip_history: float | None = None,
         max_abs_loss: float = 1e6,
+        node_binding: Mapping[int, int] | None = None,
     ) -> None:
         self.selector = selector
         self.inner = inner
@@ -987,7 +1013,9 @@ class SelectorStrategy(Strategy):
         self.loss_clip_quantile = loss_clip_quantile
         self.loss_clip_history = loss_clip_history
         self.max_abs_loss = max_abs_loss
+        self.node_binding = node_binding
         validate_parameters(self, self._params(), self._parameter_constraints)
+        self._check_binding_ids()
         self._inner = inner if inner is not None else FedAvg(fraction_evaluate=0.0, min_available_nodes=1)
         self._node_of: dict[int, int] = {}
         self._client_of: dict[int, int] = {}
@@ -1232,6 +1260,7 @@ class SelectorStrategy(Strategy):
         # Again (attributes may have been changed since construction), and the selector: an unknown
         # name or a bad selector parameter fails here, before any message is sent.
         validate_parameters(self, self._params(), self._parameter_constraints)
+        self._check_binding_ids()
         self._resolved_selector()
         P.ModelLayout(initial_arrays, self.buffers)  # unknown buffer names, non-float parameters
         if records_path is not None:
@@ -1368,6 +1397,18 @@ class SelectorStrategy(Strategy):
         sel.fit(ClientPool(np.array([self._n_samples[k] for k in range(N)], dtype=np.int64)))
         self.selector_ = sel
 
+    def _check_binding_ids(self) -> None:
+        """Every client id of ``node_binding`` is below ``n_clients``."""
+        if self.node_binding is None:
+            return
+        out = sorted({int(k) for k in self.node_binding.values() if int(k) >= int(self.n_clients)})
+        if out:
+            raise InvalidParameterError(
+                parameter_message(
+                    self, "node_binding", self.node_binding, f"client ids below n_clients={self.n_clients}, not {out}"
+                )
+            )
+
     def _resolved_selector(self) -> BaseSelector:
         """The selector (a registered name resolved), its own parameters validated."""
         sel = self.selector
@@ -1407,7 +1448,14 @@ class SelectorStrategy(Strategy):
             if node not in nodes or claimed in freed:
                 del self._refused[node]
         new = sorted(n for n in nodes if n not in self._client_of and n not in self._refused)
-        replies = self._hello_replies(grid, nodes, new)
+        bound = None if self.node_binding is None else {int(n): int(k) for n, k in self.node_binding.items()}
+        if bound is not None:
+            for node in [n for n in new if n not in bound]:  # an identity the operator did not bind: no message
+                why = "is not in node_binding"
+                log(WARNING, "fedselect: node %d %s; refused (not asked while it is connected)", node, why)
+                self._refused[node] = (None, why)
+            new = [n for n in new if n in bound]
+        replies = self._hello_replies(grid, nodes, new)  # also collects hellos still awaited when new is empty
         limit = self._reply_limit()
         for node, msg in replies:
             try:
@@ -1429,6 +1477,11 @@ class SelectorStrategy(Strategy):
                 )
                 if node is not None and node in new:
                     self._refused[node] = (None, f"unusable hello: {reason}")
+                continue
+            if bound is not None and bound[node] != k:
+                why = f"claims client id {k}, but node_binding binds it to client id {bound[node]}"
+                log(WARNING, "fedselect: node %d %s; refused (not asked again while it is connected)", node, why)
+                self._refused[node] = (None, why)
                 continue
             holder = self._node_of.get(k)
             if holder is not None and holder != node:

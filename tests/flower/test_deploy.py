@@ -56,8 +56,17 @@ def test_generated_credentials_are_what_flower_accepts(tmp_path):
         assert isinstance(private, ec.EllipticCurvePrivateKey) and private.curve.name == "secp384r1"
         assert public == try_load_public_key(out / f"supernode-{i}.pub")
     assert try_load_public_key(out / "supernode-0.pub") != try_load_public_key(out / "supernode-1.pub")
-    # Private keys are readable by their owner only.
-    for name in ("ca.key", "server.key", "supernode-0", "supernode-1"):
+    # Each SuperNode its own TLS certificate (signed by the CA) and SuperExec secret; none holds server.key.
+    for i in range(2):
+        own = x509.load_pem_x509_certificate((out / f"supernode-{i}-tls.pem").read_bytes())
+        own.verify_directly_issued_by(ca)
+        assert own.public_key() != server.public_key()
+        assert len((out / f"supernode-{i}.secret").read_bytes()) == 32
+    assert (out / "supernode-0.secret").read_bytes() != (out / "supernode-1.secret").read_bytes()
+    assert len((out / "superlink.secret").read_bytes()) == 32
+    # Private keys and secrets are readable by their owner only.
+    for name in ("ca.key", "server.key", "supernode-0", "supernode-1", "supernode-0-tls.key", "supernode-0.secret",
+                 "superlink.secret"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
     # Run again with more nodes: existing files are kept, the missing key pair is added.
     before = (out / "supernode-0").read_bytes(), (out / "ca.crt").read_bytes()
@@ -93,10 +102,51 @@ def test_the_recipe_uses_tls_and_supernode_authentication_everywhere():
     # flwr run: num-clients is the number of SuperNodes, and the log is streamed.
     assert re.search(r"flwr run examples/flower-fedcor fedselect-local --stream", script)
     assert "num-clients=$NODES" in script
+    # Closed: SuperNodes are given the Fleet-only gateway's address, never the SuperLink's own; each
+    # serves its Runtime API with its own certificate; SuperExec secrets are set; ids are bound.
+    nodes = re.findall(r"flower-supernode --superlink (\S+)", script)
+    assert nodes and set(nodes) == {'"$FLEET_HOST:$FLEET_PORT"'}
+    assert "fleet_gateway.py" in script and '--ssl-keyfile "$CRED/server.key"' in script
+    assert script.count("$CRED/server.key") == 2  # the SuperLink and the gateway, no SuperNode
+    assert '--ssl-keyfile "$CRED/supernode-$i-tls.key"' in script
+    assert '--superexec-auth-secret-file "$CRED/superlink.secret"' in script
+    assert '--superexec-auth-secret-file "$CRED/supernode-$i.secret"' in script
+    assert "node-binding-path='$WORK/node-binding.json'" in script
+    # The rogue check tries a self-registering stranger and an unbound node claiming client 0.
+    assert 'FLWR_HOME="$WORK/stranger-home" flwr supernode register' in script
+    assert "is not in node_binding" in script
     # Processes are stopped by the PIDs the recipe recorded, never by name.
     assert "pkill" not in script and "killall" not in script
     docs = (ROOT / "docs" / "flower.rst").read_text()
     assert not re.search(r"pkill\s+-|pkill\s+flower|killall", docs), "the docs end processes by name"
+
+
+def _gateway():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fleet_gateway", DEPLOY / "fleet_gateway.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+def test_the_gateway_forwards_the_fleet_api_only(tmp_path):
+    """The Control API (which registers keys: a stranger joined with `flwr supernode register`) and the
+    Runtime API get 403 at the SuperNodes' address; a Fleet API request is forwarded (here to a SuperLink
+    that is not there: 502)."""
+    from starlette.testclient import TestClient
+
+    subprocess.run(["bash", str(DEPLOY / "generate_credentials.sh"), "1", str(tmp_path)], check=True,
+                   capture_output=True)
+    gateway = _gateway()
+    with TestClient(gateway.make_app("127.0.0.1:9", str(tmp_path / "ca.crt"))) as client:
+        for method, path in [("POST", "/v1/control/register-node"), ("POST", "/v1/control/start-run"),
+                             ("POST", "/v1/runtime/pull-app-inputs"), ("GET", "/v1/fleet/pull-messages"),
+                             ("POST", "/v1/fleet/../control/register-node"), ("POST", "/v1/fleet/a/b"),
+                             ("POST", "/"), ("POST", "/v1/fleetx/pull-messages")]:
+            assert client.request(method, path, content=b"x").status_code == 403, (method, path)
+        assert client.post("/v1/fleet/pull-messages", content=b"x").status_code == 502
 
 
 def test_the_recipe_and_the_docs_show_the_same_blocks():

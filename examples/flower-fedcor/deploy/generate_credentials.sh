@@ -6,6 +6,10 @@
 #   supernode-I, supernode-I.pub an EC (NIST P-384) key pair per SuperNode I = 0..N-1, in OpenSSH
 #                                format: the SuperNode signs with the private key, the SuperLink
 #                                accepts it once its public key is registered (flwr supernode register)
+#   supernode-I-tls.pem, .key    SuperNode I's own TLS certificate (signed by the CA, for localhost)
+#                                for its Runtime API: no SuperNode holds server.key
+#   supernode-I.secret           the SuperExec secret SuperNode I shares with its SuperExec only
+#   superlink.secret             the SuperExec secret of the SuperLink and its ServerApp SuperExec
 #
 # Usage: bash examples/flower-fedcor/deploy/generate_credentials.sh [N] [DIR]
 #   N    number of SuperNode key pairs (default 5)
@@ -38,12 +42,13 @@ if [[ ! -s ca.crt || ! -s ca.key ]]; then
     echo "wrote $DIR/ca.crt, ca.key"
 fi
 
-if [[ ! -s server.pem || ! -s server.key ]]; then
-    san="DNS:localhost,IP:127.0.0.1,IP:::1${EXTRA_SAN:+,$EXTRA_SAN}"
+ext="$(mktemp)"
+trap 'rm -f "$ext"' EXIT
+# server_cert NAME CN: NAME.pem and NAME.key, a TLS server certificate signed by the CA
+server_cert() {
+    local name=$1 cn=$2 san="DNS:localhost,IP:127.0.0.1,IP:::1${EXTRA_SAN:+,$EXTRA_SAN}"
     openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 -sha256 \
-        -keyout server.key -out server.csr -subj "/CN=localhost" 2>/dev/null
-    ext="$(mktemp)"
-    trap 'rm -f "$ext"' EXIT
+        -keyout "$name.key" -out "$name.csr" -subj "/CN=$cn" 2>/dev/null
     cat >"$ext" <<EOF
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
@@ -52,12 +57,17 @@ subjectAltName = $san
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid, issuer
 EOF
-    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -set_serial "0x$(openssl rand -hex 16)" \
-        -sha256 -days 365 -extfile "$ext" -out server.pem 2>/dev/null
-    rm -f server.csr
-    openssl verify -CAfile ca.crt server.pem >/dev/null
-    echo "wrote $DIR/server.pem, server.key (subjectAltName $san)"
+    openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -set_serial "0x$(openssl rand -hex 16)" \
+        -sha256 -days 365 -extfile "$ext" -out "$name.pem" 2>/dev/null
+    rm -f "$name.csr"
+    openssl verify -CAfile ca.crt "$name.pem" >/dev/null
+}
+
+if [[ ! -s server.pem || ! -s server.key ]]; then
+    server_cert server localhost
+    echo "wrote $DIR/server.pem, server.key (subjectAltName DNS:localhost,IP:127.0.0.1,IP:::1${EXTRA_SAN:+,$EXTRA_SAN})"
 fi
+[[ -s superlink.secret ]] || openssl rand 32 >superlink.secret
 
 new=0
 for ((i = 0; i < N; i++)); do
@@ -84,6 +94,10 @@ PY
     fi
     new=$((new + 1))
 done
-chmod 600 ./*.key supernode-* 2>/dev/null || true
-chmod 644 ca.crt server.pem ./*.pub
+for ((i = 0; i < N; i++)); do   # each SuperNode's own TLS certificate and SuperExec secret
+    [[ -s "supernode-$i-tls.pem" && -s "supernode-$i-tls.key" ]] || server_cert "supernode-$i-tls" "supernode-$i"
+    [[ -s "supernode-$i.secret" ]] || openssl rand 32 >"supernode-$i.secret"
+done
+chmod 600 ./*.key ./*.secret supernode-* 2>/dev/null || true
+chmod 644 ca.crt ./*.pem ./*.pub
 echo "SuperNode key pairs in $DIR: supernode-0 .. supernode-$((N - 1)) ($new new)"

@@ -8,7 +8,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 import fedselect
-from fedselect.flower import SelectorStrategy
+from fedselect.flower import SelectorStrategy, read_node_binding
 
 from .task import federation_clients
 
@@ -24,6 +24,18 @@ def records_path(context: Context) -> Path:
     path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def node_binding(context: Context) -> dict[int, int] | None:
+    """The run config's ``node-binding-path`` read (node id -> client id), or None when it is empty.
+
+    The operator writes the file from what ``flwr supernode register`` printed for each SuperNode's key
+    (deploy/run_local.sh writes node-binding.json); a relative path is relative to the SuperLink's
+    working directory. With it, a node that is not bound gets no message and a bound node may claim
+    only its own client id.
+    """
+    value = str(context.run_config.get("node-binding-path", "")).strip()
+    return read_node_binding(Path(value).expanduser()) if value else None
 
 
 @app.main()
@@ -42,11 +54,18 @@ def main(grid: Grid, context: Context) -> None:
         query_timeout=60.0,
         train_timeout=120.0,
         random_state=int(cfg["seed"]),
+        node_binding=node_binding(context),
     )
     clients = federation_clients(cfg)  # the server evaluates the global model on the test split
     path = records_path(context)
-    log(INFO, "fedselect: run %s: %d clients, %s rounds; one JSON line per finished round in %s",
-        context.run_id, int(cfg["num-clients"]), cfg["num-server-rounds"], path)
+    log(
+        INFO,
+        "fedselect: run %s: %d clients, %s rounds; one JSON line per finished round in %s",
+        context.run_id,
+        int(cfg["num-clients"]),
+        cfg["num-server-rounds"],
+        path,
+    )
     # The strategy logs every round as it finishes (chosen, reported and failed clients, rejoins, the
     # test accuracy) and appends the round's record to `path`.
     strategy.start(
