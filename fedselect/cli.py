@@ -867,6 +867,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"history written to {out}", file=sys.stderr)
         if ckpt is not None:
             shutil.rmtree(ckpt, ignore_errors=True)
+    nobody = h.rounds_trained_nobody()
+    if h.rounds and nobody == len(h.rounds):  # the model never changed: a result, but not one to trust silently
+        print(
+            f"fedselect run: error: no round trained anybody ({nobody} of {len(h.rounds)}: every chosen client "
+            "failed, was offline, or missed the deadline or the query timeout); exit status 3",
+            file=sys.stderr,
+        )
+        return 3
     return 0
 
 

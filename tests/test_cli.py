@@ -450,3 +450,14 @@ def test_a_bad_profiles_option_is_an_error_before_any_training(tmp_path, capsys,
     err = capsys.readouterr().err
     assert "profiles=" in err and says in err
     assert not (out / "runs").exists()  # refused while planning: no run started, not even its folder
+
+
+def test_a_run_that_trained_nobody_exits_non_zero(capsys):
+    # a deadline no client can meet: every round fails everyone; the run finishes, warns, and exits 3
+    argv = ["run", "--preset", "none", "--rounds", "2", "--n-clients", "6", "--clients-per-round", "2"]
+    from fedselect.simulation.trainer import TrainedNobodyWarning
+
+    with pytest.warns(TrainedNobodyWarning, match="trained nobody"):
+        assert main([*argv, "--deadline", "1e-9", "--no-progress"]) == 3
+    assert "no round trained anybody (2 of 2" in capsys.readouterr().err
+    assert main([*argv, "--no-progress"]) == 0
