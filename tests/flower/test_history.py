@@ -41,10 +41,11 @@ def test_flower_rounds_are_round_records_and_keep_their_keys(fed8):
 
 
 def test_a_simulated_record_writes_no_new_keys(fed8):
+    # the Flower-only fields stay out; the default clock's simulated seconds are in every simulated record (issue 33)
     rec = FederatedTrainer(selector="random", clients_per_round=3, rounds=1, random_state=0, **TRAIN).fit(
         fed8).history_.rounds[0]
     assert set(rec.to_dict()) == {"round", "clients", "weights", "lr", "test_accuracy", "test_loss", "global_loss",
-                                  "costs", "failed", "seconds"}
+                                  "costs", "failed", "seconds", "sim_seconds", "sim_time"}
 
 
 def test_a_comparison_of_two_flower_runs_renders_its_table_and_plots(fed8, tmp_path):
