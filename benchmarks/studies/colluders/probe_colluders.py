@@ -64,11 +64,14 @@ def run(clients, selector, attacked, seed, rounds, lie, flip, sq_lie, inner=None
         from fedselect.selectors.oort import OortSelector
 
         selector = OortSelector(round_penalty=0.0)
-    strategy = SelectorStrategy(selector, n_clients=N, clients_per_round=3, random_state=seed, connect_timeout=1.0, **kw)
+    strategy = SelectorStrategy(
+        selector, n_clients=N, clients_per_round=3, random_state=seed, connect_timeout=1.0, **kw
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = strategy.start(LocalGrid(app, N, seed=5), clients.initial_arrays(), num_rounds=rounds,
-                                evaluate_fn=clients.evaluate_fn())
+        result = strategy.start(
+            LocalGrid(app, N, seed=5), clients.initial_arrays(), num_rounds=rounds, evaluate_fn=clients.evaluate_fn()
+        )
     picks = sum(len(set(COLLUDERS) & set(rec.clients)) for rec in strategy.rounds_)
     return picks, float(result.evaluate_metrics_serverapp[rounds]["test-accuracy"])
 
@@ -97,10 +100,23 @@ def main():
 
                         extra = {"beta": 0.34} if args.inner == "FedTrimmedAvg" else {}
                         inner = getattr(fs, args.inner)(fraction_evaluate=0.0, min_available_nodes=1, **extra)
-                    picks, acc = run(clients, sel, attacked, seed, args.rounds, args.lie, args.flip, sq_lie,
-                                     inner=inner, **DEFENCES[name])
-                    print(f"{sel:16s} {name:9s} {'attacked' if attacked else 'honest':8s} seed {seed}: "
-                          f"colluders took {picks:2d} of {3 * args.rounds} places, accuracy {acc:.3f}", flush=True)
+                    picks, acc = run(
+                        clients,
+                        sel,
+                        attacked,
+                        seed,
+                        args.rounds,
+                        args.lie,
+                        args.flip,
+                        sq_lie,
+                        inner=inner,
+                        **DEFENCES[name],
+                    )
+                    print(
+                        f"{sel:16s} {name:9s} {'attacked' if attacked else 'honest':8s} seed {seed}: "
+                        f"colluders took {picks:2d} of {3 * args.rounds} places, accuracy {acc:.3f}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":
