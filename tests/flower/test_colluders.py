@@ -46,8 +46,11 @@ def test_colluding_loss_liars_are_chosen_as_often_as_honestly_with_the_fence(ske
     places than honestly (their lies were a third of the batches the quantile was taken over); with
     ``loss_outlier_factor=3`` they take as many as honestly, within 4 of 45 places."""
     clients = skewed_clients
-    lie = hostile(clients.client_app(), COLLUDERS, lambda m, r: with_metrics(r, loss=1e5)
-                  if "loss" in r.content["metrics"] else None)
+    lie = hostile(
+        clients.client_app(),
+        COLLUDERS,
+        lambda m, r: with_metrics(r, loss=1e5) if "loss" in r.content["metrics"] else None,
+    )
     rounds = 15
 
     def places(app, **kw):
@@ -83,10 +86,18 @@ def test_colluders_who_are_most_of_the_first_round_do_not_pass_any_norm(clients,
     unclipped norms, and round 0's bound is at most 3 ||w^0||."""
     bad = {0, 1, 2}
     app = hostile(clients.client_app(), bad, lambda m, r: with_update(r, lambda a: a * 1e3) if is_update(m) else None)
-    honest_st, _, _, _ = run(clients, clients.client_app(), Fixed(), rounds=6, clients_per_round=5,
-                             update_norm_bound=3.0, update_norm_action=action)
-    strategy, _, result, _ = run(clients, app, Fixed(), rounds=6, clients_per_round=5, update_norm_bound=3.0,
-                                 update_norm_action=action)
+    honest_st, _, _, _ = run(
+        clients,
+        clients.client_app(),
+        Fixed(),
+        rounds=6,
+        clients_per_round=5,
+        update_norm_bound=3.0,
+        update_norm_action=action,
+    )
+    strategy, _, result, _ = run(
+        clients, app, Fixed(), rounds=6, clients_per_round=5, update_norm_bound=3.0, update_norm_action=action
+    )
     assert accuracy(result, 6) > 0.4
     honest_median = np.median(honest_st._norm_history)
     assert np.median(strategy._norm_history) < 2 * honest_median  # no ratchet
@@ -111,10 +122,20 @@ def test_clipped_norms_stay_out_of_the_reference(clients, caplog):
     logging.getLogger("flwr").addHandler(handler)
     try:
         bad = {0, 1}
-        app = hostile(clients.client_app(), bad, lambda m, r: with_update(r, lambda a: a * 50)
-                      if is_update(m) else None)
-        run(clients, app, Fixed(), rounds=8, clients_per_round=3, evaluate=False, update_norm_bound=3.0,
-            update_norm_action="clip", grid=LocalGrid(app, 10, seed=5))
+        app = hostile(
+            clients.client_app(), bad, lambda m, r: with_update(r, lambda a: a * 50) if is_update(m) else None
+        )
+        run(
+            clients,
+            app,
+            Fixed(),
+            rounds=8,
+            clients_per_round=3,
+            evaluate=False,
+            update_norm_bound=3.0,
+            update_norm_action="clip",
+            grid=LocalGrid(app, 10, seed=5),
+        )
     finally:
         logging.getLogger("flwr").removeHandler(handler)
     assert len(bounds) >= 14
