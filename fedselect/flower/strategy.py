@@ -925,12 +925,13 @@ class SelectorStrategy(Strategy):
         names: :func:`fedselect.flower._protocol.content_nbytes`); ``"auto"``: four times the
         model's size plus 1 MiB; None: no limit.
     update_norm_bound : float, optional
-        Opt-in bound on update magnitudes: an update whose norm exceeds this multiple of the
-        median norm of the updates it is aggregated with (the round's reporters, or a
-        trial's clients) and of the updates accepted in the last rounds (at most 50) is
-        rejected or clipped to it (``update_norm_action``), before its weight is applied.
-        Off by default (honest rounds are then aggregated bit for bit as in the simulator);
-        it acts once three norms are known.
+        Opt-in bound on update magnitudes: an update whose norm exceeds c (this factor) times
+        the median of the norms accepted unclipped in earlier rounds (at most 50; not the
+        round's own, not clipped or rejected ones) is rejected or clipped to it
+        (``update_norm_action``), before its weight is applied. Until three norms are
+        accepted, the reference is the median of the round's norms and at most ``||w^t||``
+        (when not zero). Off by default (honest rounds are then aggregated bit for bit as in
+        the simulator).
     update_norm_action : {"reject", "clip"}, default "reject"
     loss_clip_quantile : float in (0, 1], optional
         Opt-in rule for loss-based selectors: each batch of loss answers (an oracle
