@@ -43,8 +43,8 @@ def colluding(app, lie, flip, sq_lie=None):
         content = RecordDict({"metrics": MetricRecord(m)})
         if "update" in reply.content.array_records:
             upd = reply.content["update"]
-            content["update"] = ArrayRecord(
-                {k: Array(np.ascontiguousarray(flip * upd[k].numpy())) for k in upd} if flip != 1 else upd
+            content["update"] = (
+                upd if flip == 1 else ArrayRecord({k: Array(np.ascontiguousarray(flip * upd[k].numpy())) for k in upd})
             )
         return Message(content, reply_to=message)
 
