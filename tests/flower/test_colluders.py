@@ -174,3 +174,27 @@ def test_colluding_sample_loss_liars_with_the_fence(skewed_clients):
     honest = places(clients.client_app())
     assert places(lie(clients.client_app()), loss_clip_quantile=0.3) >= honest + 6
     assert places(lie(clients.client_app()), loss_outlier_factor=3.0) <= honest + 4
+
+
+def test_the_trimmed_mean_counts_hostile_clients_in_the_round():
+    from fedselect.flower.strategy import trimmed_mean
+
+    d = np.array([[1.0, -1.0], [2.0, 0.0], [3.0, 1.0], [1e6, 1e6], [-1e6, -1e6]])
+    assert trimmed_mean(d, 1).tolist() == [2.0, 0.0]  # one of each extreme dropped per coordinate
+    assert trimmed_mean(d[:4], 2).tolist() == [2.5, 0.5]  # 2f reporters or fewer: the median
+    assert trimmed_mean(d, 2).tolist() == [2.0, 0.0]
+
+
+def test_trim_clients_survives_the_colluders_a_round_holds(clients):
+    """Clients 0 and 1 of the five chosen every round send their update sign-flipped and 2.5 times (under a norm
+    bound of 3). Data-size aggregation is cancelled by them; ``trim_clients=2`` trims two of the round from each
+    side of every coordinate and trains about as an honest round does."""
+    flip = hostile(
+        clients.client_app(), {0, 1}, lambda m, r: with_update(r, lambda a: -2.5 * a) if is_update(m) else None
+    )
+    kw = dict(rounds=6, clients_per_round=5, update_norm_bound=3.0)
+    _, _, honest, _ = run(clients, clients.client_app(), Fixed(), trim_clients=2, **kw)
+    _, _, attacked, _ = run(clients, flip, Fixed(), **kw)
+    _, _, trimmed, _ = run(clients, flip, Fixed(), trim_clients=2, **kw)
+    assert accuracy(trimmed, 6) > accuracy(attacked, 6) + 0.2
+    assert accuracy(trimmed, 6) > accuracy(honest, 6) - 0.15

@@ -83,6 +83,7 @@ def main():
     ap.add_argument("--selectors", nargs="+", default=["power-of-choice", "afl"])
     ap.add_argument("--defences", nargs="+", default=list(DEFENCES))
     ap.add_argument("--inner", default=None, help="FedMedian or FedTrimmedAvg: Flower's rule as the inner strategy")
+    ap.add_argument("--trim", type=int, default=None, help="trim_clients: f hostile clients a round may hold")
     ap.add_argument("--lie", type=float, default=1e5)
     ap.add_argument("--flip", type=float, default=-2.5)
     args = ap.parse_args()
@@ -110,6 +111,7 @@ def main():
                         args.flip,
                         sq_lie,
                         inner=inner,
+                        trim_clients=args.trim,
                         **DEFENCES[name],
                     )
                     print(
