@@ -773,8 +773,9 @@ def trimmed_mean(deltas: Any, f: int) -> np.ndarray:
 
 
 def loo_median_fence(values: Any, factor: float, context: Sequence[float] = ()) -> np.ndarray:
-    """The leave-one-out median fence: each value above ``factor`` times the median of the *other* values
-    (the batch without it, plus ``context``) is replaced by that median.
+    """The leave-one-out median fence: a value above ``factor`` times the median m_-k of the *other* values (the
+    batch without it, plus ``context``) is flagged, and every flagged value is replaced by the median of the values
+    not flagged (with ``context``).
 
     Parameters
     ----------
@@ -788,25 +789,27 @@ def loo_median_fence(values: Any, factor: float, context: Sequence[float] = ()) 
     Returns
     -------
     ndarray of float
-        The values, those above c m_-k replaced by m_-k; a value whose reference has fewer than two
-        values, or a non-positive median, is kept.
+        The values, the flagged ones replaced; a value whose reference has fewer than two values, or a
+        non-positive median, is never flagged.
 
     Notes
     -----
-    m_-k never holds the answer it judges, so identical lies do not raise their own reference while
-    the liars are fewer than half of the others: a lie is then ranked as the typical client, not first.
-    O(B (B + C)) for a batch of B values and C context values.
+    m_-k never holds the answer it judges, so identical lies do not raise their own reference while the liars are
+    fewer than half of the others; replacing them by the median of the unflagged answers (not by m_-k, which the
+    other lies raise) ranks each liar as the typical honest client. O(B (B + C)) for B values and C context values.
     """
     vals = np.asarray(values, dtype=np.float64)
-    out = vals.copy()
     ctx = np.asarray(context, dtype=np.float64)
+    flagged = np.zeros(vals.size, dtype=bool)
     for i in range(vals.size):
         ref = np.concatenate([vals[:i], vals[i + 1 :], ctx])
         if ref.size < 2:
             continue
         m = float(np.median(ref))
-        if m > 0 and vals[i] > factor * m:
-            out[i] = m
+        flagged[i] = m > 0 and vals[i] > factor * m
+    out = vals.copy()
+    if flagged.any():
+        out[flagged] = float(np.median(np.concatenate([vals[~flagged], ctx])))
     return out
 
 
@@ -972,10 +975,10 @@ class SelectorStrategy(Strategy):
         Opt-in rule against colluding liars, the *leave-one-out median fence*: a loss answer
         above c times the median m_-k of the other clients' answers (the others in the same
         batch, and for losses on ``w^t`` each other client's latest answer of earlier batches)
-        is replaced by m_-k. A lie repeated by several clients does not enter its own
-        reference, so while colluders are a minority of it they are ranked as a typical
-        client, not first. A sample loss is fenced at c**2 m_-k. Applied before the two rules
-        above.
+        is replaced by the median of the answers not fenced (:func:`loo_median_fence`). A lie
+        repeated by several clients does not enter its own reference, so while colluders are
+        a minority of it they are ranked as a typical client, not first. A sample loss is
+        fenced at c**2 m_-k. Applied before the two rules above.
     trim_clients : int, optional
         Opt-in robust aggregation counted in the round: f, the hostile clients a round may
         hold. A selection without weights is aggregated as ``w^t`` plus the coordinate-wise

@@ -28,11 +28,12 @@ def test_the_fence_judges_each_answer_by_the_others_only():
     honest = [1.0, 1.5, 2.0, 0.8]
     lies = [1e5, 1e5, 1e5]
     out = loo_median_fence(honest + lies, 3.0)
-    # Each liar's reference is the others: 4 honest answers and 2 lies, median 1.75 (a lie's own answer excluded).
+    # Each liar's reference is the others: 4 honest answers and 2 lies, median 1.75 (a lie's own answer excluded),
+    # so each lie is flagged; the flagged are replaced by the median of the answers kept, 1.25.
     assert out[:4].tolist() == honest
-    assert out[4:].tolist() == [1.75, 1.75, 1.75]
+    assert out[4:].tolist() == [1.25, 1.25, 1.25]
     # The latest answers of clients outside the batch join the reference.
-    assert loo_median_fence([1.0, 1e5, 1e5], 3.0, [1.0, 2.0, 1.2]).tolist() == [1.0, 1.2, 1.2]
+    assert loo_median_fence([1.0, 1e5, 1e5], 3.0, [1.0, 2.0, 1.2]).tolist() == [1.0, 1.1, 1.1]
     # Colluders who are most of the reference are not stopped (docs: what colluders can still do).
     assert loo_median_fence([1.0, 1e5, 1e5, 1e5], 3.0)[1] == 1e5
     # A lone value, or a non-positive reference, is kept.
@@ -43,8 +44,10 @@ def test_the_fence_judges_each_answer_by_the_others_only():
 @pytest.mark.parametrize("scheme", ["power-of-choice", "afl"])
 def test_colluding_loss_liars_are_chosen_as_often_as_honestly_with_the_fence(skewed_clients, scheme):
     """Three clients answering every loss question with 1e5: with ``loss_clip_quantile=0.3`` they still took more
-    places than honestly (their lies were a third of the batches the quantile was taken over); with
-    ``loss_outlier_factor=3`` they take as many as honestly, within 4 of 45 places."""
+        places than honestly (their lies were a third of the batches the quantile was taken over); with
+        ``loss_outlier_factor=3`` they take no more than honestly (at most 4 more of 45 places) and are not starved (at
+    least half as many): a fenced liar is ranked as the typical client, a little below these three's honest rank
+    with AFL (measured for AFL: 14 honestly, 9 fenced)."""
     clients = skewed_clients
     lie = hostile(
         clients.client_app(),
@@ -61,7 +64,7 @@ def test_colluding_loss_liars_are_chosen_as_often_as_honestly_with_the_fence(ske
     quantile = places(lie, loss_clip_quantile=0.3)
     fenced = places(lie, loss_outlier_factor=3.0)
     assert quantile >= honest + 5
-    assert abs(fenced - honest) <= 4
+    assert honest / 2 <= fenced <= honest + 4
     assert abs(places(clients.client_app(), loss_outlier_factor=3.0) - honest) <= 4
 
 

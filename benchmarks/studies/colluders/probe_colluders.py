@@ -64,9 +64,7 @@ def run(clients, selector, attacked, seed, rounds, lie, flip, sq_lie, inner=None
         from fedselect.selectors.oort import OortSelector
 
         selector = OortSelector(round_penalty=0.0)
-    strategy = SelectorStrategy(
-        selector, n_clients=N, clients_per_round=3, random_state=seed, connect_timeout=1.0, **kw
-    )
+    strategy = SelectorStrategy(selector, n_clients=N, random_state=seed, connect_timeout=1.0, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = strategy.start(
@@ -83,6 +81,7 @@ def main():
     ap.add_argument("--selectors", nargs="+", default=["power-of-choice", "afl"])
     ap.add_argument("--defences", nargs="+", default=list(DEFENCES))
     ap.add_argument("--inner", default=None, help="FedMedian or FedTrimmedAvg: Flower's rule as the inner strategy")
+    ap.add_argument("--per-round", type=int, default=3, help="clients chosen a round")
     ap.add_argument("--trim", type=int, default=None, help="trim_clients: f hostile clients a round may hold")
     ap.add_argument("--lie", type=float, default=1e5)
     ap.add_argument("--flip", type=float, default=-2.5)
@@ -112,11 +111,12 @@ def main():
                         sq_lie,
                         inner=inner,
                         trim_clients=args.trim,
+                        clients_per_round=args.per_round,
                         **DEFENCES[name],
                     )
                     print(
                         f"{sel:16s} {name:9s} {'attacked' if attacked else 'honest':8s} seed {seed}: "
-                        f"colluders took {picks:2d} of {3 * args.rounds} places, accuracy {acc:.3f}",
+                        f"colluders took {picks:2d} of {args.per_round * args.rounds} places, accuracy {acc:.3f}",
                         flush=True,
                     )
 
