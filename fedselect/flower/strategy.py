@@ -356,7 +356,9 @@ class FlowerOracle(ClientOracle):
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
         w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st._weight_rule())
-        stacked, keep = self._st._bound_norms(alive, np.stack([np.asarray(led.update(int(k))) for k in alive]), led)
+        stacked, keep, _ = self._st._bound_norms(
+            alive, np.stack([np.asarray(led.update(int(k))) for k in alive]), led, self._theta
+        )
         if not keep.all():  # the norm bound rejected some: the trial is what the others would produce
             alive = alive[keep]
             if not alive.size:
@@ -556,13 +558,17 @@ class FlowerOracle(ClientOracle):
         keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
         if st.update_norm_bound is not None and keep.any():  # the opt-in bound, before any weight
             held_ids = ids[keep]
-            bounded, _ = st._bound_norms(
-                held_ids, np.stack([np.asarray(led.update(int(k)), dtype=np.float32) for k in held_ids]), led
+            bounded, _, within = st._bound_norms(
+                held_ids,
+                np.stack([np.asarray(led.update(int(k)), dtype=np.float32) for k in held_ids]),
+                led,
+                self._theta,
             )
             clipped = dict(zip(held_ids.tolist(), bounded))
+            accepted = set(held_ids[within].tolist())  # clipped or rejected norms stay out of the reference
             keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
         else:
-            clipped = {}
+            clipped, accepted = {}, set()
         reported = ids[keep]
         led.upload(reported)
         # What the server measured of each reporter's training reply (its own clock; the round's whole wait
@@ -596,8 +602,9 @@ class FlowerOracle(ClientOracle):
                 for k in reported
             ]
         )
-        if st.update_norm_bound is not None:  # the reference of later rounds' bounds
-            st._norm_history.extend(np.linalg.norm(stacked.astype(np.float64), axis=1).tolist())
+        if st.update_norm_bound is not None:  # the reference of later rounds' bounds: norms accepted unclipped
+            norms = np.linalg.norm(stacked.astype(np.float64), axis=1)
+            st._norm_history.extend(float(v) for k, v in zip(reported.tolist(), norms) if k in accepted)
             del st._norm_history[:-50]
         n_k = np.array([st._n_samples[int(k)] for k in reported], dtype=np.int64)
         losses = led.loss(reported) if self._needs_losses else None
@@ -741,6 +748,71 @@ def _why(exc: BaseException) -> str:
     return _text(str(exc) if isinstance(exc, _BadReply) else f"{type(exc).__name__}: {exc}")
 
 
+def trimmed_mean(deltas: Any, f: int) -> np.ndarray:
+    """The coordinate-wise mean of ``deltas`` (one row per reporter) without the ``f`` largest and ``f`` smallest
+    values of each coordinate; the coordinate-wise median when there are ``2 f`` rows or fewer.
+
+    Parameters
+    ----------
+    deltas : array-like of shape (R, P)
+        The round's reporters' updates.
+    f : int
+        How many hostile reporters the round may hold (counted in the round, not as a share of the population).
+
+    Returns
+    -------
+    ndarray of shape (P,), float32
+        The robust mean update. Up to f rows of any values move each coordinate at most to the range of the
+        others' values.
+    """
+    d = np.asarray(deltas, dtype=np.float64)
+    r = d.shape[0]
+    if r <= 2 * f:
+        return np.median(d, axis=0).astype(np.float32)
+    return np.sort(d, axis=0)[f : r - f].mean(axis=0).astype(np.float32)
+
+
+def loo_median_fence(values: Any, factor: float, context: Sequence[float] = ()) -> np.ndarray:
+    """The leave-one-out median fence: a value above ``factor`` times the median m_-k of the *other* values (the
+    batch without it, plus ``context``) is flagged, and every flagged value is replaced by the median of the values
+    not flagged (with ``context``).
+
+    Parameters
+    ----------
+    values : array-like of float
+        One batch of answers (losses, sample losses), one per client.
+    factor : float
+        c >= 1: how far above the others' median an answer may be.
+    context : sequence of float
+        Further reference values from clients outside the batch (their latest answers).
+
+    Returns
+    -------
+    ndarray of float
+        The values, the flagged ones replaced; a value whose reference has fewer than two values, or a
+        non-positive median, is never flagged.
+
+    Notes
+    -----
+    m_-k never holds the answer it judges, so identical lies do not raise their own reference while the liars are
+    fewer than half of the others; replacing them by the median of the unflagged answers (not by m_-k, which the
+    other lies raise) ranks each liar as the typical honest client. O(B (B + C)) for B values and C context values.
+    """
+    vals = np.asarray(values, dtype=np.float64)
+    ctx = np.asarray(context, dtype=np.float64)
+    flagged = np.zeros(vals.size, dtype=bool)
+    for i in range(vals.size):
+        ref = np.concatenate([vals[:i], vals[i + 1 :], ctx])
+        if ref.size < 2:
+            continue
+        m = float(np.median(ref))
+        flagged[i] = m > 0 and vals[i] > factor * m
+    out = vals.copy()
+    if flagged.any():
+        out[flagged] = float(np.median(np.concatenate([vals[~flagged], ctx])))
+    return out
+
+
 def _reject(ledger: RoundLedger, k: int, what: str, exc: BaseException, record: dict[int, str] | None = None) -> None:
     """Log an unusable reply (naming the client and the reason) and mark its client failed for the round."""
     reason = _why(exc)
@@ -880,12 +952,13 @@ class SelectorStrategy(Strategy):
         names: :func:`fedselect.flower._protocol.content_nbytes`); ``"auto"``: four times the
         model's size plus 1 MiB; None: no limit.
     update_norm_bound : float, optional
-        Opt-in bound on update magnitudes: an update whose norm exceeds this multiple of the
-        median norm of the updates it is aggregated with (the round's reporters, or a
-        trial's clients) and of the updates accepted in the last rounds (at most 50) is
-        rejected or clipped to it (``update_norm_action``), before its weight is applied.
-        Off by default (honest rounds are then aggregated bit for bit as in the simulator);
-        it acts once three norms are known.
+        Opt-in bound on update magnitudes: an update whose norm exceeds c (this factor) times
+        the median of the norms accepted unclipped in earlier rounds (at most 50; not the
+        round's own, not clipped or rejected ones) is rejected or clipped to it
+        (``update_norm_action``), before its weight is applied. Until three norms are
+        accepted, the reference is the median of the round's norms and at most ``||w^t||``
+        (when not zero). Off by default (honest rounds are then aggregated bit for bit as in
+        the simulator).
     update_norm_action : {"reject", "clip"}, default "reject"
     loss_clip_quantile : float in (0, 1], optional
         Opt-in rule for loss-based selectors: each batch of loss answers (an oracle
@@ -898,6 +971,20 @@ class SelectorStrategy(Strategy):
         clipping (the last 20); a clipped answer does not enter that history, so a lie cannot
         move its own bounds. A sample loss (a mean of squares) is held likewise to
         [m / f**2, f**2 m] around its own history.
+    loss_outlier_factor : float, optional
+        Opt-in rule against colluding liars, the *leave-one-out median fence*: a loss answer
+        above c times the median m_-k of the other clients' answers (the others in the same
+        batch, and for losses on ``w^t`` each other client's latest answer of earlier batches)
+        is replaced by the median of the answers not fenced (:func:`loo_median_fence`). A lie
+        repeated by several clients does not enter its own reference, so while colluders are
+        a minority of it they are ranked as a typical client, not first. A sample loss is
+        fenced at c**2 m_-k. Applied before the two rules above.
+    trim_clients : int, optional
+        Opt-in robust aggregation counted in the round: f, the hostile clients a round may
+        hold. A selection without weights is aggregated as ``w^t`` plus the coordinate-wise
+        mean of the reporters' deltas without the f largest and f smallest values of each
+        coordinate (the coordinate-wise median when there are 2f reporters or fewer), instead
+        of ``aggregation`` or ``inner``; O(R P log R) for R reporters of P parameters.
     max_abs_loss : float, default 1e6
         A loss answer with a larger magnitude is refused (its client fails the round): no
         training loss is that large, and a selector squaring or differencing it would
@@ -958,6 +1045,8 @@ class SelectorStrategy(Strategy):
         "update_norm_action": [StrOptions(["reject", "clip"])],
         "loss_clip_quantile": [None, Interval(Real, 0, 1, closed="right")],
         "loss_clip_history": [None, Interval(Real, 1, None, closed="left")],
+        "loss_outlier_factor": [None, Interval(Real, 1, None, closed="left")],
+        "trim_clients": [None, Interval(Integral, 1, None, closed="left")],
         "max_abs_loss": [Interval(Real, 0, None, closed="neither")],
         "node_binding": [
             None,
@@ -992,6 +1081,8 @@ class SelectorStrategy(Strategy):
         update_norm_action: str = "reject",
         loss_clip_quantile: float | None = None,
         loss_clip_history: float | None = None,
+        loss_outlier_factor: float | None = None,
+        trim_clients: int | None = None,
         max_abs_loss: float = 1e6,
         node_binding: Mapping[int, int] | None = None,
     ) -> None:
@@ -1012,6 +1103,8 @@ class SelectorStrategy(Strategy):
         self.update_norm_action = update_norm_action
         self.loss_clip_quantile = loss_clip_quantile
         self.loss_clip_history = loss_clip_history
+        self.loss_outlier_factor = loss_outlier_factor
+        self.trim_clients = trim_clients
         self.max_abs_loss = max_abs_loss
         self.node_binding = node_binding
         validate_parameters(self, self._params(), self._parameter_constraints)
@@ -1027,6 +1120,9 @@ class SelectorStrategy(Strategy):
         self._hello_tick = 0  # node refreshes so far: the unit of the hello back-off
         self._norm_history: list[float] = []  # accepted update norms of earlier rounds (update_norm_bound)
         self._loss_history: dict[int, list[float]] = {}
+        # each client's latest loss on a global model and sample loss, after the rules (loss_outlier_factor)
+        self._latest_loss: dict[int, float] = {}
+        self._latest_sq: dict[int, float] = {}
         self._rejected: dict[int, str] = {}  # this round's rejected replies: client -> reason
         self._errors: list[str] = []  # this round's contained selector errors
         self._wall = 0.0  # this round's measured seconds waiting on clients (wall_seconds)
@@ -1159,7 +1255,10 @@ class SelectorStrategy(Strategy):
     ) -> np.ndarray | None:
         """w^{t+1}: the reporters' weighted deltas (:func:`fedselect.aggregation.apply_deltas`), or, for a
         selection without weights and ``aggregation=None``, ``inner``'s ``aggregate_train`` on the local
-        models ``w^t + delta`` with num-examples n_k times the selection count (None if it returns nothing)."""
+        models ``w^t + delta`` with num-examples n_k times the selection count (None if it returns nothing);
+        with ``trim_clients`` and no weights, the trimmed mean (:func:`trimmed_mean`)."""
+        if self.trim_clients is not None and selection.weights is None and reports.clients.size:
+            return (theta + trimmed_mean(reports.updates, int(self.trim_clients))).astype(theta.dtype)
         if selection.weights is not None or self.aggregation is not None:
             return apply_deltas(theta, reports.updates, weights)
         keep = np.isin(selection.clients, reports.clients)
@@ -1815,51 +1914,73 @@ class SelectorStrategy(Strategy):
         steps = _metric_int(m, P.STEPS, default=0)
         return delta, steps, _metric_int(m, P.SAMPLE_GRADIENTS, default=0), buffer_deltas
 
-    def _bound_norms(self, ids: np.ndarray, stacked: np.ndarray, led: RoundLedger) -> tuple[np.ndarray, np.ndarray]:
+    def _bound_norms(
+        self, ids: np.ndarray, stacked: np.ndarray, led: RoundLedger, model: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``update_norm_bound`` applied to the updates ``stacked`` of clients ``ids`` aggregated together.
 
-        The median is over these updates' norms and the accepted norms of the last rounds (at
-        most 50), so the bound also acts in rounds of one or two clients, once three norms are
-        known. Returns the updates (rows clipped to the bound under ``"clip"``) and a mask of
-        the rows kept; under ``"reject"`` the others' clients are marked failed for the round,
-        with a warning. Does nothing when the bound is off.
+        The bound is c times a reference the round's own clients do not control: the median of the
+        norms accepted unclipped in earlier rounds (at most 50), once three are known. Before that
+        (the warm-up), the median of these updates' norms with the earlier ones, and at most c times the
+        norm of ``model`` (w^t) when it is not zero: in the first round, colluders who are most of the
+        round pass at most that. Returns the updates (rows clipped to the bound under ``"clip"``), a mask
+        of the rows kept (under ``"reject"`` the others' clients are marked failed for the round, with a
+        warning) and a mask of the rows within the bound (only those may enter the reference). Does
+        nothing when the bound is off.
         """
         keep = np.ones(len(ids), dtype=bool)
         if self.update_norm_bound is None:
-            return stacked, keep
+            return stacked, keep, keep.copy()
+        c = float(self.update_norm_bound)
         norms = np.linalg.norm(stacked.astype(np.float64), axis=1)
-        reference = np.concatenate([norms, self._norm_history])
-        if reference.size < 3:
-            return stacked, keep
-        median = float(np.median(reference))
-        bound = float(self.update_norm_bound) * median
-        over = np.flatnonzero(norms > bound)
+        earlier = np.asarray(self._norm_history, dtype=np.float64)
+        if earlier.size >= 3:
+            median = float(np.median(earlier))
+        else:
+            reference = np.concatenate([norms, earlier])
+            median = float(np.median(reference)) if reference.size >= 3 else np.inf
+            scale = float(np.linalg.norm(np.asarray(model, dtype=np.float64)))
+            if scale > 0:
+                median = min(median, scale)
+        bound = c * median
+        within = norms <= bound
+        over = np.flatnonzero(~within)
         if not over.size:
-            return stacked, keep
+            return stacked, keep, within
         if self.update_norm_action == "clip":
             stacked = stacked.copy()
             for i in over.tolist():
                 stacked[i] = (stacked[i].astype(np.float64) * (bound / norms[i])).astype(np.float32)
                 log(
                     WARNING,
-                    "fedselect: round %d: client %d's update norm %.3g clipped to %.3g (%g x the median)",
+                    "fedselect: round %d: client %d's update norm %.3g clipped to %.3g (%g x the reference)",
                     led.round,
                     int(ids[i]),
                     norms[i],
                     bound,
                     float(self.update_norm_bound),
                 )
-            return stacked, keep
+            return stacked, keep, within
         for i in over.tolist():
-            exc = _BadReply(
-                f"update norm {norms[i]:.3g} above {float(self.update_norm_bound):g} x the median {median:.3g}"
-            )
+            exc = _BadReply(f"update norm {norms[i]:.3g} above {c:g} x the reference {median:.3g}")
             _reject(led, int(ids[i]), "update", exc, self._rejected)
             keep[i] = False
-        return stacked, keep
+        return stacked, keep, within
+
+    def _fence(self, ids: Sequence[int], values: Sequence[float], latest: dict[int, float] | None, scale: float) -> Any:
+        """``loss_outlier_factor`` (times ``scale``) applied to one batch; ``latest`` (None: the batch alone) holds
+        each client's latest answer of earlier batches, which joins the reference of the clients not in this one."""
+        vals = np.asarray(values, dtype=np.float64)
+        if self.loss_outlier_factor is None or not vals.size:
+            return vals
+        inside = {int(k) for k in ids}
+        context = [v for k, v in (latest or {}).items() if k not in inside]
+        return loo_median_fence(vals, float(self.loss_outlier_factor) * scale, context)
 
     def _clip_losses(self, ids: Sequence[int], values: Sequence[float], *, on_global: bool) -> list[float]:
-        """The opt-in loss rules (``loss_clip_quantile``, ``loss_clip_history``) applied to one batch of answers."""
+        """The opt-in loss rules (``loss_outlier_factor``, ``loss_clip_quantile``, ``loss_clip_history``) applied
+        to one batch of answers; the later rules see the fenced values as the answers."""
+        values = self._fence(ids, values, self._latest_loss if on_global else None, 1.0)
         vals = np.asarray(values, dtype=np.float64)
         if vals.size and self.loss_clip_quantile is not None:
             vals = np.minimum(vals, np.quantile(vals, float(self.loss_clip_quantile)))
@@ -1876,13 +1997,18 @@ class SelectorStrategy(Strategy):
                     continue
             past.append(float(raw[i]))  # the answer as given (before the quantile rule)
             del past[:-20]
+        if self.loss_outlier_factor is not None:
+            self._latest_loss.update(zip((int(k) for k in ids), vals.tolist()))
         return vals.tolist()
 
     def _clip_sample_losses(self, ids: Sequence[int], values: Sequence[float]) -> list[float]:
         """The opt-in loss rules applied to the round's reporters' ``sample_loss_sq`` (Oort's utility is their
         square root): ``loss_clip_quantile`` clips the batch from above to its ``q``-quantile, and
         ``loss_clip_history=f`` each value into [m / f**2, m f**2] around the median m of the client's own
-        earlier values that needed no clipping (the last 20): the loss rule on the square's scale."""
+        earlier values that needed no clipping (the last 20): the loss rule on the square's scale. Before them,
+        ``loss_outlier_factor=c`` fences each value at c**2 times the others' median (:func:`loo_median_fence`)."""
+        factor = float(self.loss_outlier_factor or 1.0)
+        values = self._fence(ids, values, self._latest_sq, factor)
         vals = np.asarray(values, dtype=np.float64)
         if vals.size and self.loss_clip_quantile is not None:
             vals = np.minimum(vals, np.quantile(vals, float(self.loss_clip_quantile)))
@@ -1896,6 +2022,8 @@ class SelectorStrategy(Strategy):
                     continue
             past.append(float(raw[i]))
             del past[:-20]
+        if self.loss_outlier_factor is not None:
+            self._latest_sq.update(zip((int(k) for k in ids), vals.tolist()))
         return vals.tolist()
 
     def _n_samples_array(self) -> np.ndarray:
