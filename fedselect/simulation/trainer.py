@@ -661,10 +661,9 @@ class SimulationOracle(ClientOracle):
 class FederatedTrainer(BaseEstimator):
     """Simulate federated training with a client-selection scheme and count what it costs.
 
-    Each round t: the selector chooses clients (optionally asking the paid
-    :class:`~fedselect.ClientOracle`), the chosen clients train together in one batched
-    computation from w^t, their model deltas are aggregated into w^{t+1}, the test set
-    is evaluated, and the selector learns from the round's :class:`~fedselect.RoundFeedback`.
+    Each round t: the selector chooses clients (optionally asking the paid :class:`~fedselect.ClientOracle`), the
+    chosen clients train together in one batched computation from w^t, their model deltas are aggregated into
+    w^{t+1}, the test set is evaluated, and the selector learns from the :class:`~fedselect.RoundFeedback`.
 
     Parameters
     ----------
@@ -833,8 +832,7 @@ class FederatedTrainer(BaseEstimator):
 
     Notes
     -----
-    Batch norm layers are supported: the global buffers are the weighted mean of the reporting clients'
-    (FedAvg of buffers, not FedBN); see :ref:`user_guide_training_options`.
+    Batch norm: the global buffers are the reporters' weighted mean (FedAvg of buffers, not FedBN).
 
     Examples
     --------
