@@ -153,6 +153,21 @@ def scheme_params(name: str, setting: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def overcommit_params(setting: Mapping[str, Any]) -> dict[str, Any]:
+    """The trainer's parameters for the setting's over-commitment (the round's, every scheme's).
+
+    Over 1: ``straggler_policy="overselect"`` with ``overselect`` = the factor (ceil(f K) asked, the
+    first K to finish kept). 1.0: ``straggler_policy="fail"`` and ``overselect`` left at its default
+    (the trainer refuses an ``overselect`` its policy would ignore).
+    """
+    factor = float(setting["overcommit"])
+    if not factor >= 1.0:
+        raise ValueError(f"time_run: overcommit must be >= 1 (nobody over-commits at 1.0), got {factor!r}")
+    if factor == 1.0:
+        return {"straggler_policy": "fail"}
+    return {"straggler_policy": "overselect", "overselect": factor}
+
+
 # -------------------------------------------------------------------------- settings and records
 
 
@@ -352,8 +367,7 @@ def run_cell(
         n_threads=1,
         clock=True,
         deadline=setting["deadline"],
-        straggler_policy="overselect" if float(setting["overcommit"]) > 1 else "fail",
-        overselect=max(1.0, float(setting["overcommit"])),
+        **overcommit_params(setting),
         server_knows_profiles=bool(setting["server_knows_profiles"]),
     )
     cpu0, wall0 = time.process_time(), time.perf_counter()
