@@ -169,22 +169,25 @@ def claim_line(
     family: str,
     row: Mapping[str, Any] | None = None,
     stored: float | None = None,
+    word: str = "reproduces",
 ) -> str:
     """One bullet: is ``label`` faster than ``reference`` in simulated time to the target here, with its numbers.
 
     ``row`` is the paired row (default: ``comp.paired`` of the two); *reproduces* when its verdict is
     "faster" (p_Holm < alpha over ``family``), *no verdict* when fewer than ``min_pairs()`` pairs
-    carry information, else *does not reproduce* with the direction.
+    carry information, else *does not reproduce* with the direction (``word="holds"``: *holds* / *does not
+    hold*, for a claim that is not a paper's).
     """
     if row is None:
         row = paired_rows(comp, "time", reference).get(label)
     if row is None or not row["seeds"]:
         return f"- **{title}: not tested** (no seed with finished runs of both)."
     v = verdict(row)
+    negated = {"reproduces": "does not reproduce", "holds": "does not hold"}[word]
     status = {
-        "faster": "reproduces",
-        "slower": f"does not reproduce ({label} is slower)",
-        "not different": "does not reproduce (no significant difference)",
+        "faster": word,
+        "slower": f"{negated} ({label} is slower)",
+        "not different": f"{negated} (no significant difference)",
         "no verdict": f"no verdict (only {row['informative']} pair(s) carry information; {min_pairs(ALPHA)} needed)",
     }[v]
     hit_l, n_l = _reached(comp, label)
@@ -241,6 +244,7 @@ def overcommit_alone(
             row=row,
             title=f"What over-commitment alone buys {scheme} ({f_main:.1f} against {f_none:.1f}, across two tables)",
             family=f"Holm over {names}",
+            word="holds",
         )
         for scheme, labels, comp, row in tests
     ]
@@ -426,7 +430,14 @@ def _save(fig: Any, path: Path) -> None:
         pass
 
 
-def plot_pictures(comp: Comparison, order: Sequence[str], out_dir: Path, *, prefix: str = "") -> list[str]:
+def plot_pictures(
+    comp: Comparison,
+    order: Sequence[str],
+    out_dir: Path,
+    *,
+    prefix: str = "",
+    kinds: Sequence[str] = ("accuracy_time", "reached_time", "reached_rounds"),
+) -> list[str]:
     """accuracy_time.png, reached_time.png and reached_rounds.png of ``comp`` (each seed carried to its end, the
     horizons marked): :func:`fedselect.plotting.plot_accuracy` and :func:`fedselect.plotting.plot_reached`."""
     import matplotlib
@@ -452,6 +463,8 @@ def plot_pictures(comp: Comparison, order: Sequence[str], out_dir: Path, *, pref
     }
     names = []
     for name, draw in draws.items():
+        if name.removesuffix(".png") not in kinds:
+            continue
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
         draw(ax)
         if "time" in name and H_t is not None:
@@ -547,11 +560,13 @@ def _loss_term(schemes: Sequence[str]) -> str:
 
 
 def _load(root: Path, name: str, setting: Mapping[str, Any], target: float, budget: float | None) -> list[dict]:
-    return [
-        r
-        for r in read_records(root / name)
-        if r.get("setting_id") == setting_id(setting) and r.get("target") == target and r.get("time_budget") == budget
-    ]
+    """The records of ``name`` with these settings, target and budget; of a (scheme, seed) run twice (two runner
+    processes), the first."""
+    out: dict[tuple[str, int], dict] = {}
+    for r in read_records(root / name):
+        if r.get("setting_id") == setting_id(setting) and r.get("target") == target and r.get("time_budget") == budget:
+            out.setdefault((r["scheme"], int(r["seed"])), r)
+    return list(out.values())
 
 
 def write_report(
@@ -731,7 +746,9 @@ def write_report(
     }
     oc_comp = comparison_of({k: v for k, v in oc_recs.items() if v}, target)
     if oc_comp.histories:
-        pictures += plot_pictures(oc_comp, list(oc_comp.histories), root, prefix="overcommit_")[:2]
+        pictures += plot_pictures(
+            oc_comp, list(oc_comp.histories), root, prefix="overcommit_", kinds=("accuracy_time", "reached_time")
+        )
     if pictures:
         out += [
             "## Pictures",
