@@ -57,6 +57,14 @@ REFERENCE = "random"
 PAPER_SPEEDUP = "1.2-14.1x"  # Oort (OSDI 2021): time-to-accuracy over random, with FedScale's device traces
 #: The stored headline this run redoes (REPORT.md at commit a6bb7d5: Oort over-committing 1.1, random not at all).
 STORED = {"oort_vs_random": 2.63, "oort_vs_deadline_random": 1.49, "commit": "a6bb7d5"}
+#: What was uncommitted when a runner process read a ``-dirty`` commit (provenance, written down when it happened).
+DIRTY_NOTES = {
+    "21d2c1a": "the old records' deletion only; its runner differs from eaaeb93's only at over-commitment 1.0, "
+    "which the calibration does not use",
+    "dcbb091": "time_report.py and the tests only",
+    "8a63b80": "test edits, and perhaps a mutation test's edit of time_run.py or time_report.py (those edits touch "
+    "Oort and over-commitment 1.0 only; that process ran neither, and no run errored)",
+}
 
 # -------------------------------------------------------------------------- records -> Comparison
 
@@ -511,9 +519,11 @@ def _provenance(records: Sequence[Mapping[str, Any]]) -> str:
     )
     dates = sorted(r["finished"] for r in records)
     dirty = [c for c in commits if c.endswith("-dirty")]
+    said = [f"{c[:7]}: {DIRTY_NOTES[c[:7]]}" for c in dirty if c[:7] in DIRTY_NOTES]
     note = (
         f" Runs at {', '.join(f'`{c}`' for c in dirty)} were made from a working tree with uncommitted changes "
-        f"({sum(1 for r in records if r['commit'] in dirty)} runs)."
+        f"({sum(1 for r in records if r['commit'] in dirty)} runs)"
+        + (f"; uncommitted then: {'; '.join(said)}." if said else ".")
         if dirty
         else " Every run at a clean commit."
     )
