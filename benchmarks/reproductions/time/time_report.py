@@ -288,11 +288,14 @@ def headline(comp: Comparison, *, reference: str = REFERENCE) -> list[str]:
         return [f"- **Nothing to compare yet**: {reference} and at least one other scheme need finished runs."]
     by_rounds, by_time = ranking(comp, "rounds"), ranking(comp, "time")
     rows_r, rows_t = paired_rows(comp, "rounds"), paired_rows(comp, "time")
-    flips = []
+    flips, silent = [], {"rounds": [], "time": []}
     for scheme in by_rounds:
         if scheme in rows_r and scheme in rows_t:
             vr, vt = verdict(rows_r[scheme]), verdict(rows_t[scheme])
-            if vr != vt:
+            for metric, v in (("rounds", vr), ("time", vt)):
+                if v == "no verdict":
+                    silent[metric].append(scheme)
+            if vr != vt and "no verdict" not in (vr, vt):
                 flips.append(
                     f"{scheme} is {vr} in rounds ({rows_r[scheme]['mean']:+.1f} rounds, p_Holm "
                     f"{_fmt_p(rows_r[scheme]['p_holm'])}) but {vt} in time ({rows_t[scheme]['mean']:+.0f} s, "
@@ -318,7 +321,30 @@ def headline(comp: Comparison, *, reference: str = REFERENCE) -> list[str]:
             f"seed, misses censored, Wilcoxon, Holm within each family, alpha {ALPHA}) is the same in rounds and in "
             "time."
         )
+    for metric, names in silent.items():
+        if names:
+            H, rule = comp.horizon(metric)
+            at = f"round {H:.0f}" if metric == "rounds" else f"{H:.0f} s"
+            lines.append(
+                f"- No verdict in {metric} against {reference} for {', '.join(names)}: fewer than "
+                f"{min_pairs(ALPHA)} pairs carry information at the horizon ({at}: {rule}"
+                + (f"; set by {_short_misses(comp, metric)}" if "earliest end" in rule else "")
+                + ")."
+            )
     return lines
+
+
+def _short_misses(comp: Comparison, metric: str) -> str:
+    """The runs that missed the target and ended at the horizon: they set it (the earliest end of a miss)."""
+    H, _ = comp.horizon(metric)
+    ends = []
+    for label, runs in comp.histories.items():
+        for seed, h in sorted(runs.items()):
+            if h.rounds_to_accuracy(comp.target) is None:
+                end = len(h) if metric == "rounds" else (h.rounds[-1].sim_time if h.rounds else None)
+                if end is not None and H is not None and float(end) <= H:
+                    ends.append(f"{label} seed {seed}")
+    return ", ".join(ends) or "no run"
 
 
 def where_time_goes(
@@ -716,7 +742,9 @@ def write_report(
         f"- Time budget {budget:.1f} s = {float(main_setting['time_budget_factor']):g} x the longest simulated time "
         "a calibration run took to the target: the same for every scheme of every table; each run stops after the "
         "first round ending at or past it (or at the target, or at the round cap). Horizon of the time verdicts: "
-        f"H = {H_t:.1f} s ({rule_t}). Horizon of the rounds verdicts: round {H_r:.0f} ({rule_r}). The rule "
+        f"H = {H_t:.1f} s ({rule_t}). Horizon of the rounds verdicts: round {H_r:.0f} ({rule_r}"
+        + (f"; set by {_short_misses(comp, 'rounds')}" if "earliest end" in rule_r else "")
+        + "). The rule "
         "(`Comparison.horizon`): what every run was observed for. A run stopped by the time budget was observed for "
         "no more rounds than it ran, so when one missed, the rounds family is read at the fewest rounds such a run "
         "ran, and a hit after that round counts as censored.",
