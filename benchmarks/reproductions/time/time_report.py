@@ -288,6 +288,15 @@ def headline(comp: Comparison, *, reference: str = REFERENCE) -> list[str]:
         return [f"- **Nothing to compare yet**: {reference} and at least one other scheme need finished runs."]
     by_rounds, by_time = ranking(comp, "rounds"), ranking(comp, "time")
     rows_r, rows_t = paired_rows(comp, "rounds"), paired_rows(comp, "time")
+    if rows_r and all(r["both_censored"] == len(r["seeds"]) for r in rows_r.values()):
+        H, rule = comp.horizon("rounds")
+        return [
+            f"- **Rounds give no ranking and no verdict here**: every run is censored at the rounds horizon (round "
+            f"{H:.0f}: {rule}"
+            + (f"; set by {_short_misses(comp, 'rounds')}" if "earliest end" in rule else "")
+            + "): a run that missed stopped at the time budget before any scheme reached the target, so no run reached "
+            f"it within the rounds every run was observed for. By simulated time: {', '.join(by_time)}."
+        ]
     flips, silent = [], {"rounds": [], "time": []}
     for scheme in by_rounds:
         if scheme in rows_r and scheme in rows_t:
@@ -645,7 +654,12 @@ def write_report(
             family=f"Holm over the main table's {len(rows_t)} schemes against random",
         )
     ]
-    for table, what in (("no-overcommit", "with no over-commitment for either"), ("fedscale", "with FedScale's set")):
+    for table, what in (
+        ("no-overcommit", "with no over-commitment for either"),
+        ("fedscale", "with FedScale's set"),
+        ("deadline", "with a {deadline:g} s deadline (stragglers fail), profiles not known"),
+        ("deadline-known", "with the same deadline, profiles declared to the server"),
+    ):
         recs = side.get(table, [])
         setting = next(s for _, s in side_tables if s["table"] == table) if recs else None
         if setting is None:
@@ -653,6 +667,7 @@ def write_report(
             continue
         scomp = comparison_of({k: [r for r in recs if r["scheme"] == k] for k in DEADLINE_SCHEMES}, target)
         srows = paired_rows(scomp, "time") if scomp.histories.get(REFERENCE) else {}
+        what = what.format(deadline=float(setting["deadline"] or 0.0))
         extra = f" (Oort variant 'fedscale', {float(setting['overcommit']):g} for both)" if table == "fedscale" else ""
         claims.append(
             claim_line(
