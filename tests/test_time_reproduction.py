@@ -355,3 +355,17 @@ def test_gzip_records_append_one_member_each_and_a_torn_member_is_skipped(tmp_pa
     with open(path, "ab") as f:  # a kill in the middle of a fourth record's member
         f.write(gzip.compress(b'{"format": 1, "seed": 3}\n', mtime=0)[:15])
     assert run.read_records(path) == records
+
+
+def test_headline_says_rounds_give_no_verdict_when_every_run_is_censored_at_the_rounds_horizon():
+    recs = [_record("random", s, 10, 10.0) for s in range(10)]
+    recs += [_record("slow", s, None, 100.0) for s in range(10)]  # misses, stopped by the budget after 4 rounds
+    comp = _comp(recs)
+    assert comp.horizon("rounds")[0] == 4.0
+    lines = rep.headline(comp)
+    assert lines[0].startswith("- **Rounds give no ranking and no verdict here**: every run is censored at the")
+    assert (
+        "round 4: the earliest end of a run that missed" in lines[0] and "set by slow seed 0, slow seed 1" in lines[0]
+    )
+    assert lines[0].endswith("By simulated time: random, slow.")
+    assert rep.verdict(rep.paired_rows(comp, "time")["slow"]) == "slower"
