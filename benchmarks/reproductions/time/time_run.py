@@ -1,30 +1,38 @@
 """Run every built-in selector on one clocked setting, 10 seeds, and keep each run as one jsonl line.
 
-Issue 22 item 5: rounds to a target and simulated seconds to it, side by side. One setting for every
-scheme (:data:`SETTING`, "our setting", not a paper's): Fashion-MNIST over 100 clients (per-class
-Dirichlet(0.3) split), an MLP, 10 clients a round, 10 local steps of batch 32, 100 rounds; each client
-a device drawn by :func:`fedselect.profiles.sample_profiles` with its defaults; the clock on, the
-profiles not known to the server, no deadline. Seed s fixes the partition, the profiles, the model's
-start, the minibatches and the selector's stream, so the runs of one seed pair up.
+Issue 22 item 5, redone for issue 33: rounds to a target and simulated seconds to it, side by side,
+with one horizon and one over-commitment for every scheme. One setting for every scheme
+(:data:`SETTING`, "our setting", not a paper's): Fashion-MNIST over 100 clients (per-class
+Dirichlet(0.3) split), an MLP, 10 clients a round, 10 local steps of batch 32; each client a device
+drawn by :func:`fedselect.profiles.sample_profiles` with its defaults; the clock on, the profiles not
+known to the server, no deadline; the round over-commits by 1.1 for every scheme (ceil(1.1 K) asked,
+the first K to finish kept: Oort's own factor, given to all). A run stops at the target or at the
+time budget (:data:`TIME_BUDGET_FACTOR` x the longest calibration time to the target), the horizon
+every scheme of every table shares: a run that misses is censored there. Seed s fixes the partition,
+the profiles, the model's start, the minibatches and the selector's stream, so runs of one seed pair.
 
-Three tables, each a jsonl file beside this script (one line per finished run, appended as it
-finishes; a rerun skips the (scheme, seed) pairs already there with the same settings, so an
-interrupted run resumes; ``all`` runs the calibration, then seed by seed the main and the deadline
-table, so an interrupted run leaves whole seeds of both):
+Tables, each a jsonl file beside this script (one line per finished run, appended as it finishes; a
+rerun skips the (scheme, seed) pairs already there with the same settings, target and budget, so an
+interrupted run resumes; ``all`` runs the calibration, then seed by seed every table):
 
-- ``calibration.jsonl.gz``: random alone on seeds 100-109 (not the table's seeds); the target is the
-  highest accuracy on a 0.5-point grid that every calibration run reaches within the first half of
-  the round cap (:func:`calibrated_target`), the same target for every scheme;
+- ``calibration.jsonl.gz``: random alone on seeds 100-109 (not the table's seeds), 100 rounds; the
+  target is the highest accuracy on a 0.5-point grid that every calibration run reaches within the
+  first 50 rounds (:func:`calibrated_target`), the same target for every scheme, and the time budget
+  follows from their times to it (:func:`time_budget_of`);
 - ``main.jsonl.gz``: every built-in scheme (from the plugin registry) on seeds 0-9;
-- ``deadline.jsonl.gz``: random, deadline-random and Oort with a 10 s deadline per round and
-  ``straggler_policy="fail"`` (the system-aware schemes' side);
+- ``no-overcommit.jsonl.gz``: random, deadline-random and Oort with no over-commitment for anyone
+  (what over-commitment alone buys);
+- ``fedscale.jsonl.gz``: the same three with FedScale's parameter set for Oort (``variant="fedscale"``)
+  and over-commitment 1.3 for every scheme;
+- ``deadline.jsonl.gz``: the same three with a 10 s deadline per round (stragglers fail);
 - ``deadline-known.jsonl.gz``: the same with the profiles declared to the server
   (``server_knows_profiles=True``: Oort registers each client's expected duration, as in its paper).
 
 Each record holds the settings, the scheme and its parameters, the seed, the commit and machine, the
-target, rounds and simulated seconds to it, the final accuracy, and per round the simulated seconds,
-the seconds of the oracle questions before the training exchange, the test accuracy and the failed
-clients; plus the CPU seconds the run took. Usage (one torch thread, low priority)::
+target and the time budget, rounds and simulated seconds to the target, the final accuracy, and per
+round the simulated seconds, the seconds of the oracle questions before the training exchange, the
+test accuracy and the failed clients; plus the CPU seconds the run took. Usage (one torch thread, low
+priority)::
 
     OMP_NUM_THREADS=1 nice -n 19 python -m benchmarks.reproductions.time.time_run all \\
         > benchmarks/reproductions/time/run.log 2>&1
@@ -49,6 +57,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 FORMAT = 1
+#: The time budget, the horizon every scheme of every table shares: this factor x the longest simulated time a
+#: calibration run of random took to the target. A run stops at the target or at the budget; a miss is censored
+#: there (never at its own end).
+TIME_BUDGET_FACTOR = 2.0
 
 #: The one setting every scheme runs in (the main table).
 SETTING: dict[str, Any] = {
@@ -60,15 +72,20 @@ SETTING: dict[str, Any] = {
     "holdout": 0.0,
     "model": "mlp",
     "clients_per_round": 10,
-    "rounds": 100,
+    "rounds": 1000,  # a cap only: a run ends at the target or at the time budget, the horizon every scheme shares
     "local_steps": 10,
     "batch_size": 32,
     "lr": 0.05,
     "profiles": "sample_profiles",  # its defaults, seeded by the run's seed
     "profile_params": {},
     "deadline": None,
-    "straggler_policy": "fail",
     "server_knows_profiles": False,
+    # Over-commitment is the round's, the same for every scheme: ceil(1.1 K) asked, the first K to finish kept
+    # (Oort's own factor; Oort itself then runs with overcommit=1.0). 1.0: nobody over-commits.
+    "overcommit": 1.1,
+    "oort_variant": "oort",
+    "stop_at_target": True,
+    "time_budget_factor": TIME_BUDGET_FACTOR,
 }
 
 #: The deadline table: the same setting with a deadline per round; stragglers fail.
@@ -76,14 +93,26 @@ DEADLINE_SETTING: dict[str, Any] = {**SETTING, "table": "deadline", "deadline": 
 DEADLINE_SCHEMES = ("random", "deadline-random", "oort")
 #: The same with the devices' profiles declared to the server (Oort's registration, as in its paper's runs).
 KNOWN_SETTING: dict[str, Any] = {**DEADLINE_SETTING, "table": "deadline-known", "server_knows_profiles": True}
+#: What over-commitment alone buys: the same three schemes with no over-commitment for anyone.
+NO_OVERCOMMIT_SETTING: dict[str, Any] = {**SETTING, "table": "no-overcommit", "overcommit": 1.0}
+#: FedScale's parameter set for Oort (config_parser.py), over-commitment 1.3 for every scheme.
+FEDSCALE_SETTING: dict[str, Any] = {**SETTING, "table": "fedscale", "overcommit": 1.3, "oort_variant": "fedscale"}
 #: The side tables: (file name, setting), each run for DEADLINE_SCHEMES.
 SIDE_TABLES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("no-overcommit.jsonl.gz", NO_OVERCOMMIT_SETTING),
+    ("fedscale.jsonl.gz", FEDSCALE_SETTING),
     ("deadline.jsonl.gz", DEADLINE_SETTING),
     ("deadline-known.jsonl.gz", KNOWN_SETTING),
 )
 
-#: Calibration: random alone, on seeds the tables do not use.
-CALIBRATION_SETTING: dict[str, Any] = {**SETTING, "table": "calibration"}
+#: Calibration: random alone, on seeds the tables do not use, 100 rounds, not stopped at a target.
+CALIBRATION_SETTING: dict[str, Any] = {
+    **SETTING,
+    "table": "calibration",
+    "rounds": 100,
+    "stop_at_target": False,
+    "time_budget_factor": None,
+}
 CALIBRATION_SEEDS = tuple(range(100, 110))
 SEEDS = tuple(range(10))
 TARGET_GRID = 0.005  # the target is a multiple of this
@@ -106,15 +135,37 @@ def scheme_params(name: str, setting: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters a scheme runs with: its defaults (the papers'), plus what the setting fixes.
 
     Oort's utility caps a client's sample count at what one round trains on (S = local steps x
-    batch size, the paper's |B_i| reading); deadline-random is told the round's deadline when
-    there is one (the server knows its own deadline), else it uses its default (the median of
-    the observed durations).
+    batch size, the paper's |B_i| reading), its own over-commitment is 1.0 (the round over-commits
+    every scheme alike, ``setting["overcommit"]``) and its variant is the setting's; deadline-random
+    is told the round's deadline when there is one (the server knows its own deadline), else it uses
+    its default (the median of the observed durations).
     """
-    if name == "oort":
-        return {"samples_per_round": int(setting["local_steps"]) * int(setting["batch_size"])}
+    if name == "oort":  # over-commitment is the round's (the setting's), for every scheme: not Oort's own
+        params: dict[str, Any] = {
+            "samples_per_round": int(setting["local_steps"]) * int(setting["batch_size"]),
+            "overcommit": 1.0,
+        }
+        if setting.get("oort_variant", "oort") != "oort":
+            params["variant"] = setting["oort_variant"]
+        return params
     if name == "deadline-random" and setting.get("deadline") is not None:
         return {"deadline": float(setting["deadline"])}
     return {}
+
+
+def overcommit_params(setting: Mapping[str, Any]) -> dict[str, Any]:
+    """The trainer's parameters for the setting's over-commitment (the round's, every scheme's).
+
+    Over 1: ``straggler_policy="overselect"`` with ``overselect`` = the factor (ceil(f K) asked, the
+    first K to finish kept). 1.0: ``straggler_policy="fail"`` and ``overselect`` left at its default
+    (the trainer refuses an ``overselect`` its policy would ignore).
+    """
+    factor = float(setting["overcommit"])
+    if not factor >= 1.0:
+        raise ValueError(f"time_run: overcommit must be >= 1 (nobody over-commits at 1.0), got {factor!r}")
+    if factor == 1.0:
+        return {"straggler_policy": "fail"}
+    return {"straggler_policy": "overselect", "overselect": factor}
 
 
 # -------------------------------------------------------------------------- settings and records
@@ -280,7 +331,13 @@ def process_provenance() -> dict[str, Any]:
 
 
 def run_cell(
-    setting: Mapping[str, Any], scheme: str, seed: int, *, target: float | None, fed: Any = None
+    setting: Mapping[str, Any],
+    scheme: str,
+    seed: int,
+    *,
+    target: float | None,
+    fed: Any = None,
+    time_budget: float | None = None,
 ) -> dict[str, Any]:
     """Train ``scheme`` on ``setting`` with ``seed`` and return its record (see the module's docstring).
 
@@ -303,12 +360,14 @@ def run_cell(
         local_steps=int(setting["local_steps"]),
         batch_size=int(setting["batch_size"]),
         lr=float(setting["lr"]),
-        stop_at_target=False,
+        stop_at_target=bool(setting["stop_at_target"]) and target is not None,
+        target_accuracy=0.8 if target is None else float(target),
+        time_budget=time_budget,
         random_state=int(seed),
         n_threads=1,
         clock=True,
         deadline=setting["deadline"],
-        straggler_policy=setting["straggler_policy"],
+        **overcommit_params(setting),
         server_knows_profiles=bool(setting["server_knows_profiles"]),
     )
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -340,6 +399,7 @@ def run_cell(
         "seed": int(seed),
         **process_provenance(),
         "target": target,
+        "time_budget": time_budget,
         "rounds_to_target": None if reached is None else reached + 1,
         "time_to_target": None if reached is None else round(sim_time[reached], 4),
         "final_accuracy": acc[-1] if acc else None,
@@ -367,6 +427,7 @@ def run_table(
     path: str | Path,
     *,
     target: float | None,
+    time_budget: float | None = None,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Run every (scheme, seed) not yet in ``path`` with these settings, seed by seed; return all its records.
@@ -375,14 +436,18 @@ def run_table(
     """
     process_provenance()  # before the first run imports anything else
     sid = setting_id(setting)
-    done = {(r["scheme"], r["seed"]) for r in read_records(path) if r.get("setting_id") == sid}
+    done = {
+        (r["scheme"], r["seed"])
+        for r in read_records(path)
+        if r.get("setting_id") == sid and r.get("time_budget") == time_budget and r.get("target") == target
+    }
     todo = [(s, k) for s in seeds for k in schemes if (k, s) not in done]
     log(f"[{setting['table']}] {len(done)} finished, {len(todo)} to run -> {path}")
     fed_seed, fed = None, None
     for i, (seed, scheme) in enumerate(todo):
         if fed_seed != seed:
             fed, fed_seed = build_federation(setting, seed), seed
-        rec = run_cell(setting, scheme, seed, target=target, fed=fed)
+        rec = run_cell(setting, scheme, seed, target=target, fed=fed, time_budget=time_budget)
         append_record(path, rec)
         tt = rec["time_to_target"]
         log(
@@ -392,7 +457,22 @@ def run_table(
             f"question share {rec['question_share']}, cpu {rec['cpu_seconds']:.1f} s"
             + (f", ERROR {rec['error']}" if rec["error"] else "")
         )
-    return [r for r in read_records(path) if r.get("setting_id") == sid]
+    return [
+        r
+        for r in read_records(path)
+        if r.get("setting_id") == sid and r.get("time_budget") == time_budget and r.get("target") == target
+    ]
+
+
+def time_budget_of(records: Sequence[Mapping[str, Any]], target: float, factor: float = TIME_BUDGET_FACTOR) -> float:
+    """``factor`` x the longest simulated time a calibration run took to ``target`` (every one reaches it)."""
+    times = []
+    for r in records:
+        hit = next((i for i, a in enumerate(r["test_accuracy"]) if a is not None and a >= target), None)
+        if hit is None:
+            raise ValueError(f"calibration run seed {r['seed']} never reached the target {target}")
+        times.append(sum(r["sim_seconds"][: hit + 1]))
+    return round(factor * max(times), 1)
 
 
 def calibrate(
@@ -424,8 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "what",
-        choices=("calibrate", "main", "deadline", "deadline-known", "all"),
-        help="which table to run (all: the calibration, then every table seed by seed)",
+        choices=("calibrate", "main", *(setting["table"] for _, setting in SIDE_TABLES), "side", "all"),
+        help="which table to run (side: every side table seed by seed; all: the calibration, then every table "
+        "seed by seed)",
     )
     parser.add_argument("--seeds", type=_seeds, default=list(SEEDS), help="e.g. 0-9 or 0,3,5 (default 0-9)")
     parser.add_argument("--schemes", default=None, help="comma-separated (default: every built-in selector)")
@@ -438,14 +519,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
 
     target = calibrate(log=log)
+    calibration = [
+        r for r in read_records(ROOT / "calibration.jsonl.gz") if r.get("setting_id") == setting_id(CALIBRATION_SETTING)
+    ]
+    budget = time_budget_of(calibration, target)
+    log(
+        f"[calibration] time budget {budget:.1f} s: {TIME_BUDGET_FACTOR:g} x the longest calibration time to the target"
+    )
     main_schemes = args.schemes.split(",") if args.schemes else builtin_selectors()
     side_schemes = args.schemes.split(",") if args.schemes else list(DEADLINE_SCHEMES)
     for seed in args.seeds:  # seed by seed, every table: an interrupted run leaves whole seeds of each
         if args.what in ("main", "all"):
-            run_table(SETTING, main_schemes, [seed], ROOT / "main.jsonl.gz", target=target, log=log)
+            run_table(SETTING, main_schemes, [seed], ROOT / "main.jsonl.gz", target=target, time_budget=budget, log=log)
         for name, setting in SIDE_TABLES:
-            if args.what in (setting["table"], "all"):
-                run_table(setting, side_schemes, [seed], ROOT / name, target=target, log=log)
+            if args.what in (setting["table"], "side", "all"):
+                run_table(setting, side_schemes, [seed], ROOT / name, target=target, time_budget=budget, log=log)
     return 0
 
 
