@@ -34,11 +34,12 @@ def _list_dag(depth: int) -> list:
     return node
 
 
-def _tuple_dag_key(depth: int) -> bytes:
+def _tuple_dag_key(depth: int, *, popped: bool = False) -> bytes:
     """``{T: 1}`` with ``T = (T', T')`` ``depth`` levels deep, written opcode by opcode (building it in Python
     would hash it)."""
     levels = b"".join(b"h" + bytes([i]) + b"h" + bytes([i]) + b"\x86\x940" for i in range(depth))
-    return b"\x80\x05}" + b")\x940" + levels + b"h" + bytes([depth]) + b"K\x01s."
+    data = b"\x80\x05}" + b")\x940" + levels + b"h" + bytes([depth]) + b"K\x01s"
+    return data + (b"0N." if popped else b".")  # popped: the dict is dropped and None returned
 
 
 class _Hooked:
@@ -61,6 +62,7 @@ def _load(data: bytes):
 
 def test_the_tuple_dag_fixture_is_what_it_claims():
     assert pickle.loads(_tuple_dag_key(2)) == {(((), ()), ((), ())): 1}
+    assert pickle.loads(_tuple_dag_key(2, popped=True)) is None
 
 
 @pytest.mark.parametrize("depth", [20, 40])
@@ -82,9 +84,13 @@ def test_str_of_an_atom_still_loads():
     assert _load(pickle.dumps(_Call(str, 12), protocol=5)) == "12"
 
 
-@pytest.mark.parametrize("make", ["list dag", "tuple dag as a dict key"])
+@pytest.mark.parametrize("make", ["list dag", "tuple dag as a dict key", "the same, dict dropped"])
 def test_shared_references_expanding_past_the_budget_are_refused(make):
-    data = pickle.dumps(_list_dag(40), protocol=5) if make == "list dag" else _tuple_dag_key(40)
+    data = {
+        "list dag": lambda: pickle.dumps(_list_dag(40), protocol=5),
+        "tuple dag as a dict key": lambda: _tuple_dag_key(40),
+        "the same, dict dropped": lambda: _tuple_dag_key(40, popped=True),
+    }[make]()
     with pytest.raises(pickle.UnpicklingError, match=r"walk more than 1048576 nodes"):
         _load(data)
 
