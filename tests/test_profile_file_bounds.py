@@ -111,3 +111,18 @@ def test_saved_profiles_and_converted_traces_still_load(tmp_path):
     src.write_bytes(pickle.dumps({0: {"computation": 10.0, "communication": 100.0}}))
     convert_fedscale_traces(src, tmp_path / "dev.npz")
     assert from_fedscale(tmp_path / "dev.npz", n_clients=2).seconds_per_sample.tolist() == [0.01, 0.01]
+
+
+def test_a_cifar10_batch_with_a_dag_of_labels_is_refused(tmp_path):
+    from fedselect.data import datasets as ds
+
+    labels: list = []
+    for _ in range(40):
+        labels = [labels, labels]
+    tmp_path.mkdir(exist_ok=True)
+    for name in ds.CIFAR10_FILES:
+        batch = {b"data": np.zeros((1, 3072), dtype=np.uint8), b"labels": labels}
+        (tmp_path / name).write_bytes(pickle.dumps(batch, protocol=4))
+    ds._read_cifar10.cache_clear()
+    with pytest.raises(ValueError, match=r"data_batch_1.*walk more than"):
+        ds.load_cifar10(tmp_path)
