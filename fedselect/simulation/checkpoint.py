@@ -418,7 +418,10 @@ class SafeUnpickler(pickle.Unpickler):
     (``os.system``, ``builtins.eval``, ``getattr``, ``functools.partial``, a function, an
     unregistered class) raises :class:`pickle.UnpicklingError` naming it. Modules are never
     imported: a class is found only in a module already loaded. Persistent ids name arrays
-    and tensors, which ``arrays`` maps to the objects.
+    and tensors, which ``arrays`` maps to the objects. Before anything is built, ``load``
+    bounds the stream's cost with :func:`fedselect._pickle_scan.scan_pickle` (shared
+    references expanded: at most 16 nodes walked per byte; ``str`` only on atoms; nothing set
+    on a rebuilt value afterwards) and refuses calling a torch layer class directly.
 
     Parameters
     ----------
