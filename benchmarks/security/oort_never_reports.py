@@ -16,7 +16,7 @@ import warnings
 from flwr.app import Error, Message
 
 import fedselect
-from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
+from fedselect.flower import FederationClients, LocalGrid, SelectorStrategy
 from fedselect.flower import _protocol as P
 from fedselect.selectors.oort import OortSelector
 
