@@ -14,6 +14,7 @@ from __future__ import annotations
 import pickle
 import pickletools
 from collections.abc import Collection
+from typing import Any
 
 __all__ = ["scan_pickle", "tree_budget"]
 
@@ -22,6 +23,27 @@ _MEMO_PUT = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _MEMO_GET = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _MUTATE = frozenset({"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD"})
 _CALL = frozenset({"REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ", "INST"})
+# Opcodes that push a number, bytes, None or a bool: one shared node (no identity needed), to keep the scan small.
+_ATOMS = frozenset(
+    {
+        "INT",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "LONG",
+        "LONG1",
+        "LONG4",
+        "BINBYTES",
+        "SHORT_BINBYTES",
+        "BINBYTES8",
+        "BYTEARRAY8",
+        "NONE",
+        "NEWTRUE",
+        "NEWFALSE",
+        "FLOAT",
+        "BINFLOAT",
+    }
+)
 _STRINGS = frozenset(
     {"UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "STRING", "BINSTRING", "SHORT_BINSTRING"}
 )
@@ -87,7 +109,7 @@ def scan_pickle(
         Naming ``what`` and the rule broken; also for a stream pickletools cannot parse.
     """
     limit = tree_budget(len(data)) if max_nodes is None else max_nodes
-    kids: list[list[int]] = []
+    kids: list[Any] = [()]  # node -> its children: a list, or the shared () for a node without any; 0: atoms
     names: dict[int, tuple[str, str]] = {}  # node -> (module, name) of a global
     texts: dict[int, str] = {}  # node -> value of a string atom (for STACK_GLOBAL)
     made_by: dict[int, str] = {}  # node -> global that built it
@@ -98,7 +120,7 @@ def scan_pickle(
     root = None
 
     def new(children: list[int]) -> int:
-        kids.append(children)
+        kids.append(children if children else ())
         return len(kids) - 1
 
     def pop_mark() -> list[int]:
@@ -110,9 +132,9 @@ def scan_pickle(
         raise pickle.UnpicklingError(f"{what}: a pickle opcode without its mark")
 
     def pop(n: int) -> list[int]:
-        if n > len(stack) or any(v == _MARK for v in stack[len(stack) - n :]):
-            raise pickle.UnpicklingError(f"{what}: a pickle opcode finds too few values on the stack")
         items = stack[len(stack) - n :]
+        if n > len(stack) or _MARK in items:
+            raise pickle.UnpicklingError(f"{what}: a pickle opcode finds too few values on the stack")
         del stack[len(stack) - n :]
         return items
 
@@ -148,12 +170,17 @@ def scan_pickle(
                 else:
                     items = pop(2 if name == "SETITEM" else 1)
                 target = pop(1)[0]
+                if target == 0:
+                    raise pickle.UnpicklingError(f"{what}: {name} on a number, bytes or None")
                 if name == "BUILD" and made_by.get(target) in sealed:
                     raise pickle.UnpicklingError(
                         f"{what}: sets attributes on a {made_by[target]} result after it is built (refused: that "
                         "constructor sets everything a value may hold)"
                     )
-                kids[target].extend(items)
+                if kids[target]:
+                    kids[target].extend(items)
+                else:
+                    kids[target] = list(items)
                 walked.extend(items)
                 stack.append(target)
             elif name == "STACK_GLOBAL":
@@ -189,6 +216,8 @@ def scan_pickle(
                 called.add(glob)
                 walked.extend(args)
                 stack.append(node)
+            elif name in _ATOMS:
+                stack.append(0)
             else:
                 before = op.stack_before
                 if pickletools.markobject in before:
@@ -221,7 +250,7 @@ def scan_pickle(
     return frozenset(called)
 
 
-def _tree_sizes(kids: list[list[int]], starts: list[int], limit: int, max_depth: int, what: str) -> dict[int, int]:
+def _tree_sizes(kids: list[Any], starts: list[int], limit: int, max_depth: int, what: str) -> dict[int, int]:
     """Tree size (sharing expanded, saturated at ``limit + 1``) of each node reachable from ``starts``; refuses depth.
 
     Iterative post-order; a back edge (a cycle) counts one node, as walkers that track what they
