@@ -469,7 +469,7 @@ def register_plugin(plugin: ModuleType | object, *, name: str | None = None) -> 
     return plugin
 
 
-def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
+def load_plugin(path_or_module: str | os.PathLike[str], *, sha256: str | None = None) -> ModuleType:
     """Import a plugin from a Python file or an importable module and register its hooks.
 
     This is what ``fedselect ... --plugin FILE_OR_MODULE`` does: the file needs no package,
@@ -485,6 +485,11 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     ----------
     path_or_module : str or os.PathLike
         A path ending in ``.py`` (or naming an existing file), else a dotted module name.
+    sha256 : str, optional
+        For a file: the (16-hex-digit) hash its content must have. The file is read once, its
+        hash compared, and those very bytes are compiled and run, so a file edited after the
+        hash was taken (a grid worker loading what its parent loaded) is refused before any of
+        it runs.
 
     Returns
     -------
@@ -498,8 +503,8 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     PluginError
         The file or module fails to import (the message carries the original error), a
         module of the same name from another file is already imported, the program imported
-        this file before and it was edited since, or it defines no valid hook implementation
-        (see :func:`register_plugin`).
+        this file before and it was edited since, the file's hash is not ``sha256``, or it
+        defines no valid hook implementation (see :func:`register_plugin`).
 
     Examples
     --------
@@ -522,9 +527,16 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
         )
     resolved = path.resolve()
     label = f"file {resolved}"
+    source = resolved.read_bytes()  # hashed, then compiled: what runs is what was hashed
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    if sha256 is not None and digest != sha256:
+        raise PluginError(
+            f"plugin file {text} changed on disk after the comparison started (sha256 {sha256[:12]}... then, "
+            f"{digest[:12]}... now); not imported. Restore it or start the comparison again"
+        )
     existing = pm.get_plugin(label)
     if existing is not None:
-        if _user_plugins.get(label, {}).get("sha256") == _file_sha256(resolved):
+        if _user_plugins.get(label, {}).get("sha256") == digest:
             return existing
         pm.unregister(existing)  # the file changed since: load it afresh
         sys.modules.pop(getattr(existing, "__name__", ""), None)
@@ -565,7 +577,7 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(resolved), "exec"), module.__dict__)  # the hashed bytes, not a second read
     except BaseException as exc:
         del sys.modules[mod_name]
         if not isinstance(exc, Exception):
@@ -577,7 +589,7 @@ def load_plugin(path_or_module: str | os.PathLike[str]) -> ModuleType:
         del sys.modules[mod_name]
         raise PluginError(str(exc).replace(label, f"plugin file {text}", 1)) from exc
     # Keyed by file name and content, not by the path as typed: the same file given as ./x.py or /abs/x.py resumes.
-    _user_plugins[label] = {"file": Path(resolved).name, "sha256": _file_sha256(resolved) or ""}
+    _user_plugins[label] = {"file": Path(resolved).name, "sha256": digest}
     return module
 
 

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import math
 import os
 import pickle
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
 from pathlib import Path
@@ -42,6 +44,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._pickle_scan import scan_pickle
 from ._validation import Interval, StrOptions, validate_parameters
 from .selection import check_client_ids
 
@@ -646,11 +649,64 @@ class SystemProfiles:
             raise ValueError(f"{path}: {str(exc).removeprefix('SystemProfiles.from_dict: ')}") from exc
 
 
+_NPZ_MEMBERS = {
+    _FORMAT: frozenset(
+        "format version n_clients seconds_per_sample download_bandwidth upload_bandwidth latency availability_offsets "
+        "availability_starts availability_ends availability_period".split()
+    ),
+    _TRACE_FORMAT: frozenset(
+        "format version kind keys computation_ms communication_kbps offsets starts ends finish_time model".split()
+    ),
+}
+# A member may unpack to this many times its compressed size (plus 64 KiB): np.savez stores members uncompressed.
+_NPZ_RATIO = 16
+
+
+def _npz_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """One ``.npy`` member, its header checked against the member's size before anything is allocated."""
+    fmt = np.lib.format
+    with zf.open(info) as fh:
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"{info.filename}: .npy version {version}")
+        if dtype.hasobject:
+            raise ValueError(f"{info.filename} holds Python objects")
+        count = math.prod(shape)
+        if fh.tell() + count * dtype.itemsize != info.file_size:
+            raise ValueError(
+                f"{info.filename}: its header says {shape} {dtype}, the member holds {info.file_size} bytes"
+            )
+        raw = fh.read(count * dtype.itemsize)
+    flat = np.frombuffer(raw, dtype=dtype, count=count)
+    return flat.reshape(shape, order="F" if fortran else "C").copy()
+
+
 def _read_npz(path: Path, fmt: str) -> dict[str, Any]:
+    """The expected members of a ``.npz`` written by fedselect, each size checked before it is read.
+
+    Member names outside the format's list, members that unpack to more than 16x their
+    compressed size (+ 64 KiB) and ``.npy`` headers that disagree with their member's size are
+    refused before anything of the claimed size is allocated; no pickle is ever read.
+    """
+    expected = _NPZ_MEMBERS[fmt]
     try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # object arrays: ValueError, no pickle
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            for info in infos:
+                key = info.filename.removesuffix(".npy")
+                if key == info.filename or key not in expected:
+                    raise ValueError(f"unexpected member {info.filename!r}")
+                if info.file_size > _NPZ_RATIO * info.compress_size + 2**16:
+                    raise ValueError(
+                        f"member {info.filename!r} unpacks to {info.file_size} bytes from {info.compress_size} "
+                        f"(more than {_NPZ_RATIO}x)"
+                    )
+            data = {info.filename.removesuffix(".npy"): _npz_member(zf, info) for info in infos}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:  # object arrays: ValueError
         raise ValueError(f"{path}: not a readable .npz of plain arrays ({exc})") from exc
     found = str(data["format"]) if "format" in data and data["format"].dtype.kind == "U" else None
     version = data.get("version")
@@ -955,6 +1011,25 @@ class _TraceUnpickler(pickle.Unpickler):
         return obj
 
 
+def _check_unshared(data: dict[Any, Any], src: Path) -> None:
+    """Refuse a trace whose entries, or their lists, are one object referenced by several clients.
+
+    FedScale's files hold one entry per client; a pickle's memo lets a small file name one entry
+    for every client, which conversion would copy out to a file many times larger.
+    """
+    seen: dict[int, Any] = {}
+    for k, entry in data.items():
+        parts = [entry, *(entry.get(f) for f in ("active", "inactive"))] if isinstance(entry, dict) else [entry]
+        for part in parts:
+            if isinstance(part, dict | list):
+                if id(part) in seen:
+                    raise ValueError(
+                        f"{src}: clients {seen[id(part)]!r} and {k!r} share one entry object (a pickle memo "
+                        "reference): refused, each client has its own entry in a FedScale trace"
+                    )
+                seen[id(part)] = k
+
+
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real | np.number):
         raise ValueError(f"{where} must be a number, got {value!r:.60}")
@@ -1038,14 +1113,16 @@ def convert_fedscale_traces(src: str | os.PathLike[str], dst: str | os.PathLike[
     if dst.suffix != ".npz":
         raise ValueError(f"convert_fedscale_traces: dst={dst} must end in .npz")
     try:
-        with open(src, "rb") as fh:
-            data = _TraceUnpickler(fh, encoding="latin1").load()
+        raw = src.read_bytes()
+        scan_pickle(raw, what=str(src))  # shared references that expand past 16x the file: refused unbuilt
+        data = _TraceUnpickler(io.BytesIO(raw), encoding="latin1").load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:
         raise ValueError(f"{src}: not a FedScale trace pickle, or one holding refused objects ({exc})") from exc
     if not isinstance(data, dict) or not data:
         raise ValueError(
             f"{src}: a FedScale trace is a non-empty dict of client id -> entry, got {type(data).__name__}"
         )
+    _check_unshared(data, src)
     first = next(iter(data.values()))
     if not isinstance(first, dict):
         raise ValueError(f"{src}: entries must be dicts, got {type(first).__name__}")
@@ -1078,7 +1155,8 @@ def convert_fedscale_traces(src: str | os.PathLike[str], dst: str | os.PathLike[
         starts: list[float] = []
         ends: list[float] = []
         models: list[str] = []
-        dropped = merged = 0
+        dropped = merged = n_pairs = 0
+        max_pairs = len(raw) // 4
         for i, (k, entry) in enumerate(data.items()):
             where = f"{src}: client {k!r}"
             if not isinstance(entry, dict) or not {"active", "inactive", "finish_time"} <= set(entry):
@@ -1086,6 +1164,11 @@ def convert_fedscale_traces(src: str | os.PathLike[str], dst: str | os.PathLike[
             finish = _number(entry["finish_time"], f"{where} finish_time")
             if not (math.isfinite(finish) and finish > 0):
                 raise ValueError(f"{where}: finish_time must be positive, got {finish}")
+            n_pairs += len(entry["active"]) if isinstance(entry["active"], list | tuple) else 0
+            if n_pairs > max_pairs:  # each interval takes at least two numbers of the file
+                raise ValueError(
+                    f"{where}: more than {max_pairs} intervals in a {len(raw)}-byte file (at most one per 4 bytes)"
+                )
             pairs, d, m = _normalise_intervals(entry["active"], entry["inactive"], finish, where)
             dropped += d
             merged += m

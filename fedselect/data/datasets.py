@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import io
 import os
 import pickle
 import shutil
@@ -44,6 +45,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils import check_random_state
 
+from .._pickle_scan import scan_pickle
 from ..hookspecs import hookimpl
 
 __all__ = [
@@ -482,8 +484,9 @@ class _BatchUnpickler(pickle.Unpickler):
 
 def _unpickle_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     try:
-        with open(path, "rb") as fh:
-            batch = _BatchUnpickler(fh, encoding="bytes").load()
+        raw = path.read_bytes()
+        scan_pickle(raw, what=str(path))  # shared references that np.asarray would walk exponentially: refused
+        batch = _BatchUnpickler(io.BytesIO(raw), encoding="bytes").load()
     except (EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
         raise ValueError(
             f"{path}: corrupted or truncated CIFAR-10 batch, or not a CIFAR-10 python batch ({exc}); replace the file"

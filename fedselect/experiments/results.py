@@ -989,9 +989,17 @@ def _report_in(out: Path) -> str | None:
 # What a result file read back may make fedselect hold: its text, decompressed, and the number of clients it claims
 # (figures are sized by it). A genuine result is far smaller (500 rounds of 5 clients: under 1 MB) and a simulation
 # on one machine far fewer clients; a file beyond either is reported unusable before anything of that size exists.
-MAX_RESULT_BYTES = 256 * 2**20
+MAX_RESULT_BYTES = 64 * 2**20
 MAX_CLIENTS = 10_000_000
 _GZIP_CHUNK = 2**20
+# A .gz result may unpack to this many times its own size (genuine ones: at most 11x, 1141 stored runs measured),
+# or to _GZIP_FLOOR bytes, whichever is more.
+_GZIP_RATIO = 64
+_GZIP_FLOOR = 4 * 2**20
+# JSON containers (``{`` and ``[``) per byte of text: genuine results hold one per 72 bytes or more; a dict costs 64
+# bytes in memory, so text of ``{}`` objects would cost 20-30x its size. With at most one per 16 bytes (and 1024
+# more), parsed JSON holds about 12x its text at worst.
+_BYTES_PER_CONTAINER = 16
 
 
 class ResultFileError(ValueError):
@@ -1005,32 +1013,38 @@ def read_text(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> 
     ----------
     path : path
     max_bytes : int, optional
-        Refuse a file whose (decompressed) text is longer; default :data:`MAX_RESULT_BYTES`.
-        A ``.gz`` file is first decompressed in 1 MiB chunks that are counted and dropped, so
-        a gzip bomb costs that much memory and at most ``max_bytes`` of decompression.
+        Refuse a file whose (decompressed) text is longer; default :data:`MAX_RESULT_BYTES`
+        (genuine results are under 1 MB). A ``.gz`` file may also unpack to at most 64 times
+        its compressed size (or 4 MiB if that is more; genuine ones unpack to about 10x). It
+        is first decompressed in 1 MiB chunks that are counted and dropped, so a gzip bomb
+        costs that much memory and at most the limit of decompression.
 
     Raises
     ------
     ResultFileError
-        The file is larger than ``max_bytes``.
+        The file is larger than the limit, naming it and the limit.
     """
     path = Path(path)
     limit = MAX_RESULT_BYTES if max_bytes is None else int(max_bytes)
     if path.suffix == ".gz":
+        limit = min(limit, max(_GZIP_FLOOR, _GZIP_RATIO * path.stat().st_size))
         with gzip.open(path, "rb") as f:
             size = 0
             while chunk := f.read(_GZIP_CHUNK):
                 size += len(chunk)
                 if size > limit:
-                    raise ResultFileError(f"more than {limit} bytes once decompressed (a gzip bomb?)")
+                    raise ResultFileError(
+                        f"{path.name}: more than {limit} bytes once decompressed (a gzip bomb? at most "
+                        f"{_GZIP_RATIO}x the compressed size, {MAX_RESULT_BYTES} in all)"
+                    )
         with gzip.open(path, "rb") as f:
             data = f.read(limit + 1)
     else:
         if path.stat().st_size > limit:
-            raise ResultFileError(f"more than {limit} bytes")
+            raise ResultFileError(f"{path.name}: more than {limit} bytes")
         data = path.read_bytes()
     if len(data) > limit:  # the file grew between the checks
-        raise ResultFileError(f"more than {limit} bytes")
+        raise ResultFileError(f"{path.name}: more than {limit} bytes")
     return data.decode("utf-8")
 
 
@@ -1126,10 +1140,18 @@ def parse_result(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """The result in ``text`` and None, or None and why it is not a usable result file."""
     if not text.strip():
         return None, "empty file"
+    containers = text.count("{") + text.count("[")
+    if containers > len(text) // _BYTES_PER_CONTAINER + 1024:  # before json.loads builds them
+        return None, (
+            f"{containers} JSON objects and arrays in {len(text)} bytes (at most one per {_BYTES_PER_CONTAINER} "
+            "bytes: parsed, they would hold many times the file's size)"
+        )
     try:
         d = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, over-long integers, deep nesting
         return None, f"not valid JSON, probably truncated: {type(exc).__name__}: {exc}"
+    except MemoryError:  # under a memory limit: the file is unusable here, never a crash of the caller
+        return None, f"{len(text)} bytes of JSON do not fit in memory"
     if not isinstance(d, dict) or "key" not in d or "label" not in d or "seed" not in d:
         return None, "not a fedselect result (no key, label or seed)"
     d, reason = provenance.migrate_result(d)

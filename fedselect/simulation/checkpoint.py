@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from .._pickle_scan import scan_pickle
 from ..experiments.provenance import canonical as _canonical  # noqa: F401  (fedselect.plugins imports it here)
 from ..experiments.provenance import flatten_config
 
@@ -360,6 +361,9 @@ def _rebuild_module(cls: Any, state: dict[str, Any]) -> Any:
         raise pickle.UnpicklingError("_rebuild_module needs a torch.nn.Module subclass")
     if not isinstance(state, dict) or not all(isinstance(k, str) and "hook" not in k for k in state):
         raise pickle.UnpicklingError(f"a {cls.__qualname__} module's state must be attributes without hooks")
+    shadowed = sorted(k for k in state if callable(getattr(cls, k, None)))
+    if shadowed:  # an instance attribute named like a method (``forward``) would replace it
+        raise pickle.UnpicklingError(f"a {cls.__qualname__} module's state sets {shadowed}, which shadow its methods")
     obj = _blank_module(cls)
     obj.__dict__.update(state)
     return obj
@@ -390,6 +394,8 @@ _REBUILDERS = {f.__name__: f for f in (
     _rebuild_torch_size, _rebuild_torch_generator, _rebuild_module, _rebuild_sparse,
 )}
 
+_SEALED = frozenset(f"{__name__}.{name}" for name in _REBUILDERS)
+
 # Globals with no behaviour beyond building a value from what the stream holds (not range or bytearray: from a small
 # stream they would build huge values).
 _PLAIN_GLOBALS: dict[tuple[str, str], Any] = {
@@ -412,7 +418,10 @@ class SafeUnpickler(pickle.Unpickler):
     (``os.system``, ``builtins.eval``, ``getattr``, ``functools.partial``, a function, an
     unregistered class) raises :class:`pickle.UnpicklingError` naming it. Modules are never
     imported: a class is found only in a module already loaded. Persistent ids name arrays
-    and tensors, which ``arrays`` maps to the objects.
+    and tensors, which ``arrays`` maps to the objects. Before anything is built, ``load``
+    bounds the stream's cost with :func:`fedselect._pickle_scan.scan_pickle` (shared
+    references expanded: at most 16 nodes walked per byte; ``str`` only on atoms; nothing set
+    on a rebuilt value afterwards) and refuses calling a torch layer class directly.
 
     Parameters
     ----------
@@ -424,9 +433,22 @@ class SafeUnpickler(pickle.Unpickler):
     """
 
     def __init__(self, file: Any, arrays: Mapping[str, Any], classes: Iterable[type] = ()) -> None:
-        super().__init__(file)
+        self._data = file.read()
+        super().__init__(io.BytesIO(self._data))
         self._arrays = arrays
         self._modules = _admitted_modules(classes)
+
+    def load(self) -> Any:
+        """The stream's value, once :func:`~fedselect._pickle_scan.scan_pickle` has bounded its cost."""
+        called = scan_pickle(self._data, what="a checkpoint object", sealed=_SEALED)
+        torch = _torch()
+        for module, qualname in sorted(called):
+            cls = _find_class(module, qualname) if torch is not None else None
+            if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+                raise pickle.UnpicklingError(
+                    f"calls {module}.{qualname}: a torch module is rebuilt only by _rebuild_module"
+                )
+        return super().load()
 
     def find_class(self, module: str, name: str) -> Any:
         obj = _PLAIN_GLOBALS.get((module, name))
