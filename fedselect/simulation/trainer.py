@@ -732,8 +732,8 @@ class FederatedTrainer(BaseEstimator):
     n_threads : int or None, default 1
         torch intra-op threads during ``fit`` (restored afterwards). One thread by default: the
         batched small models fedselect trains gain nothing from more on an idle machine, and
-        torch's own count (every core) collapses 10-80x as soon as another process uses a core
-        (``benchmarks/speed/bench_threads.py``). None keeps torch's setting; raise it for one
+        torch's own count (every core) was reported 10-80x slower when another process uses the
+        cores (``benchmarks/speed/bench_threads.py`` times both). None keeps torch's setting; raise it for one
         large model (a CNN on 32x32 images) on cores nothing else uses, and run grids with
         ``--jobs`` rather than more threads. Not part of a run's key; it changes only how
         torch splits float sums.
