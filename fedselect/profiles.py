@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._npy import read_npy_member
 from ._pickle_scan import scan_pickle
 from ._validation import Interval, StrOptions, validate_parameters
 from .selection import check_client_ids
@@ -664,25 +665,7 @@ _NPZ_RATIO = 16
 
 def _npz_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
     """One ``.npy`` member, its header checked against the member's size before anything is allocated."""
-    fmt = np.lib.format
-    with zf.open(info) as fh:
-        version = fmt.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
-        else:
-            raise ValueError(f"{info.filename}: .npy version {version}")
-        if dtype.hasobject:
-            raise ValueError(f"{info.filename} holds Python objects")
-        count = math.prod(shape)
-        if fh.tell() + count * dtype.itemsize != info.file_size:
-            raise ValueError(
-                f"{info.filename}: its header says {shape} {dtype}, the member holds {info.file_size} bytes"
-            )
-        raw = fh.read(count * dtype.itemsize)
-    flat = np.frombuffer(raw, dtype=dtype, count=count)
-    return flat.reshape(shape, order="F" if fortran else "C").copy()
+    return read_npy_member(zf, info)
 
 
 def _read_npz(path: Path, fmt: str) -> dict[str, Any]:

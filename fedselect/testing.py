@@ -697,19 +697,27 @@ def check_missing_answers(
     0.3 and 0.9 (so some rounds have no reporter at all, and whole oracle answers are
     NaN): every selection must stay valid with finite, non-negative weights.
     """
+    _run_with_failures(selector, "dropout", (0.3, 0.9), n_rounds=n_rounds, pools=pools, seed=seed)
+
+
+def _run_with_failures(
+    selector: BaseSelector, kind: str, levels: Sequence[float], *, n_rounds: int,
+    pools: Sequence[ClientPool] | None, seed: int,
+) -> None:
+    """Run ``selector`` on oracles with ``kind`` (``dropout`` or ``offline``) at each level; any failure an
+    AssertionError naming the level, the pool and n."""
     pools = make_pools(seed, (7, 20)) if pools is None else pools
-    for dropout in (0.3, 0.9):
+    for level in levels:
         for pool in pools:
             n = _some_n(pool.n_clients, 3)
             est = _seeded(selector, seed)
+            where = f"{kind}={level}, N={pool.n_clients}, n={n}"
             try:
-                _run(est, pool, n, n_rounds, seed, dropout=dropout)
+                _run(est, pool, n, n_rounds, seed, **{kind: level})
             except AssertionError as exc:
-                raise AssertionError(f"dropout={dropout}, N={pool.n_clients}, n={n}: {exc}") from exc
+                raise AssertionError(f"{where}: {exc}") from exc
             except Exception as exc:
-                raise AssertionError(
-                    f"dropout={dropout}, N={pool.n_clients}, n={n}: {type(exc).__name__}: {exc}"
-                ) from exc
+                raise AssertionError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
 
 def check_available_clients(
@@ -722,19 +730,7 @@ def check_available_clients(
     at most the available clients as the trainer does; a selector that does not choose
     within them itself is restricted by :meth:`BaseSelector.select`.
     """
-    pools = make_pools(seed, (7, 20)) if pools is None else pools
-    for offline in (0.5, 0.9):
-        for pool in pools:
-            n = _some_n(pool.n_clients, 3)
-            est = _seeded(selector, seed)
-            try:
-                _run(est, pool, n, n_rounds, seed, offline=offline)
-            except AssertionError as exc:
-                raise AssertionError(f"offline={offline}, N={pool.n_clients}, n={n}: {exc}") from exc
-            except Exception as exc:
-                raise AssertionError(
-                    f"offline={offline}, N={pool.n_clients}, n={n}: {type(exc).__name__}: {exc}"
-                ) from exc
+    _run_with_failures(selector, "offline", (0.5, 0.9), n_rounds=n_rounds, pools=pools, seed=seed)
 
 
 class _WatchedFeedback(RoundFeedback):

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from .._npy import read_npy_member
 from .._pickle_scan import scan_pickle
 from ..experiments.provenance import canonical as _canonical  # noqa: F401  (fedselect.plugins imports it here)
 from ..experiments.provenance import flatten_config
@@ -775,26 +776,7 @@ class _Corrupt(ValueError):
 
 
 def _read_npy(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
-    fmt = np.lib.format
-    with zf.open(info) as fh:
-        version = fmt.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
-        else:
-            raise _Corrupt(f"{info.filename}: .npy version {version}")
-        if dtype.hasobject:
-            raise _Corrupt(f"{info.filename}: an object array")
-        header = fh.tell()
-        count = math.prod(shape)
-        if header + count * dtype.itemsize != info.file_size:  # before anything of that size is allocated
-            raise _Corrupt(f"{info.filename}: header says {shape} {dtype}, the member holds "
-                           f"{info.file_size - header} bytes")
-        flat = np.empty(count, dtype=dtype)
-        if flat.nbytes and fh.readinto(memoryview(flat.view(np.uint8))) != flat.nbytes:
-            raise _Corrupt(f"{info.filename}: truncated")
-    return flat.reshape(shape, order="F" if fortran else "C")
+    return read_npy_member(zf, info, error=_Corrupt)
 
 
 def _as_tensor(data: np.ndarray, meta: Mapping[str, Any]) -> Any:
