@@ -187,21 +187,31 @@ def test_a_silent_node_does_not_make_a_round_wait_for_its_hello(clients):
 
 
 def test_a_node_whose_hello_answers_late_joins_when_its_answer_arrives(clients):
-    """On a polled grid a node that connects after the start and answers its hello 0.1 s late is not waited for:
-    the round that sent the hello goes on without it, and a later round collects the answer and maps it."""
-    grid = PolledGrid(clients.client_app(), N, seed=5, delays={9: 0.1})
+    """On a polled grid a node that connects after the start and answers its hello late is not waited for:
+    the round that sent the hello goes on without it, and a later round collects the answer and maps it.
+
+    Timed by the wall clock only through margins: the answer is 2 s late (a round takes 0.05-0.5 s), and the
+    rounds after it wait until it has surely arrived."""
+    delay = 2.0
+    grid = PolledGrid(clients.client_app(), N, seed=5, delays={9: delay})
     late = grid.node_of_partition(9)
     grid.remove_node(late)
     strategy = SelectorStrategy("random", n_clients=N, clients_per_round=3, random_state=0, connect_timeout=0.3)
-    seen = {}
+    seen, added = {}, []
 
     def evaluate_fn(server_round, arrays):
         seen[server_round] = set(strategy.client_nodes_) if hasattr(strategy, "selector_") else set()
         if server_round == 1:
             grid.add_node({}, node_id=late)
+            added.append(time.monotonic())
+        elif server_round == 2:
+            added.append(time.monotonic())  # when round 2 (which sent the hello) ended
+        elif server_round >= 3:  # from here on, the answer has surely arrived before the next round's refresh
+            time.sleep(max(0.0, added[0] + delay + 0.2 - time.monotonic()))
         return None
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowerRoundWarning)
-        strategy.start(grid, clients.initial_arrays(), num_rounds=4, evaluate_fn=evaluate_fn)
-    assert 9 not in seen[1] and 9 not in seen[2] and 9 in seen[4]
+        strategy.start(grid, clients.initial_arrays(), num_rounds=5, evaluate_fn=evaluate_fn)
+    assert added[1] - added[0] < delay  # round 2 did not wait for the hello (its rounds take 0.05-0.5 s)
+    assert 9 not in seen[1] and 9 not in seen[2] and 9 in seen[5]
