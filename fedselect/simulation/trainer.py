@@ -792,7 +792,7 @@ class FederatedTrainer(BaseEstimator):
         With availability intervals (profiles): ``"online"`` lets the selector choose only among the
         clients online at the round's start (:meth:`ClientOracle.available`), all of them when fewer than
         ``clients_per_round`` are; ``"all"`` reproduces blind selection (offline picks fail at once), for
-        studies. See :ref:`user_guide_availability`.
+        studies. See :ref:`availability <user_guide_availability>`.
     server_knows_profiles : bool, default False
         Give the clock's profiles to a selector that takes a ``profiles`` parameter (left None)
         before it is fitted: the server knows the declared devices. False: the selector learns
