@@ -101,19 +101,17 @@ class FedCorSelector(BaseSelector):
 
     The loss changes of all N clients in one round, ``dl^t = l(w^{t+1}) - l(w^t)``, are a Gaussian process over clients
     (Tang et al. [1]_, Eqs. 8 and 14): ``dl ~ N(mu, Sigma)``, ``Sigma = X^T X + s_n^2 I``, with learnable client
-    embeddings ``X in R^{d x N}`` and a fixed noise s_n. Selection (Algorithm 1, Eqs. 9 and 11) starts from
-    ``S = Sigma`` and picks n clients greedily, ``k* = argmax_k alpha_k sum_i p_i S_ik / sqrt(S_kk)``, then
-    ``S <- S - S_{:,k*} S_{k*,:} / S_{k*k*}``, with the annealing factor ``alpha_k = beta^tau_k`` (tau_k: times k was
-    chosen). Fitting (Eq. 17) runs Adam on ``Phi_t(X) = sum_{m=0..M} gamma^m log p(dl^{t - m Dt} | X)``,
-    ``gamma = theta^Dt``. Schedule (Algorithm 2), W = ``warmup_rounds``, Dt = ``gp_interval``: rounds 0..W choose
-    uniformly, observe every client's loss and refit X after each new vector; later rounds run Algorithm 1, and each
-    round ``t - o > W`` with ``(t - o) % Dt == 0`` (o = ``gp_round_offset``, 0: ``t > W``, ``t % Dt == 0``) resets
-    alpha, runs one trial on n random clients and refits X. Models are averaged uniformly (Eq. 4). Readings
-    (:data:`CODE_2022`) and scale: :ref:`selector_fedcor`.
+    embeddings ``X in R^{d x N}`` and a fixed noise s_n. Selection (Algorithm 1, Eqs. 9 and 11) starts from ``S =
+    Sigma`` and picks n clients greedily, ``k* = argmax_k alpha_k sum_i p_i S_ik / sqrt(S_kk)``, then ``S <- S -
+    S_{:,k*} S_{k*,:} / S_{k*k*}``, with the annealing factor ``alpha_k = beta^tau_k`` (tau_k: times k was chosen).
+    Fitting (Eq. 17) runs Adam on ``Phi_t(X) = sum_{m=0..M} gamma^m log p(dl^{t - m Dt} | X)``, ``gamma = theta^Dt``.
+    Schedule (Algorithm 2), W = ``warmup_rounds``, Dt = ``gp_interval``: rounds 0..W choose uniformly, observe every
+    client's loss and refit X after each new vector; later rounds run Algorithm 1, and each round ``t - o > W`` with
+    ``(t - o) % Dt == 0`` (o = ``gp_round_offset``) resets alpha, runs one trial on n random clients and refits X.
+    Models are averaged uniformly (Eq. 4). Readings (:data:`CODE_2022`): :ref:`selector_fedcor`.
 
-    **Costs.** Warm-up: N losses per round (N models down, N scalars up) for ``W + 2 - warmup_fit_start`` rounds;
-    each GP round: one trial (n local trainings, N models down, N losses up); nothing else. Server: an Adam step on M
-    vectors O(N d^2 + N d M), a pick O(N (d + n)), about ``8 N (4 d + 13)`` bytes of state (no N x N matrix).
+    **Costs.** Warm-up: N losses a round (N down, N scalars up) for ``W + 2 - warmup_fit_start`` rounds; GP round: a
+    trial (n trainings, N down, N losses up). Server: Adam O(N d^2 + N d M), pick O(N (d + n)), 8N(4d + 13) B.
 
     Parameters
     ----------
@@ -147,10 +145,9 @@ class FedCorSelector(BaseSelector):
         A GP round's older vectors: rounds ``t - m Dt`` (Eq. 17) or the M most recent (the 2022 code).
     posterior_noise : bool, default=False
         Algorithm 1 on noisy predictions (from ``X^T X``, over ``S_kk + s_n^2``: the 2022 code), not Eq. (11).
-    warmup_fit_start : int, default=0
-        s <= W, the first warm-up round observed and fitted (the 2022 code's ``gpr_begin``, 10).
-    anneal_before_fit_start : bool, default=False
-        Anneal the clients chosen uniformly in rounds ``0..s-1``, as the 2022 code does; nothing when s = 0.
+    warmup_fit_start, anneal_before_fit_start : int, bool, default=0, False
+        s <= W, the first warm-up round observed and fitted (the 2022 code's ``gpr_begin``, 10); whether to anneal
+        the clients chosen uniformly in rounds ``0..s-1``, as the 2022 code does (nothing when s = 0).
     gp_round_offset : int, default=0
         o < Dt, the GP rounds' shift: 0 the paper's rounds, 1 the 2022 code's (each one round later).
     gp_solver : {"gpytorch", "closed-form"}, default="gpytorch"
@@ -163,7 +160,7 @@ class FedCorSelector(BaseSelector):
     Attributes
     ----------
     rng_, rank_, n_clients_, alpha_ : numpy RandomState, int, int, ndarray
-        The selection stream; the embedding dimension in use (``rank``, less for a small N); N; ``beta^tau_k`` in use.
+        The selection stream; the embedding dimension (``rank``, less for a small N); N; ``beta^tau_k`` in use.
     embeddings_, covariance_ : ndarray, shapes (``rank_``, N) and (N, N)
         X (a copy) and ``X^T X + s_n^2 I`` (computed on each access, for diagnostics at small N).
     last_selection_order_, history_, fit_log_ : ndarray, list of LossChangeRecord, list of FitRecord
@@ -171,8 +168,8 @@ class FedCorSelector(BaseSelector):
 
     References
     ----------
-    .. [1] Tang, M., Ning, X., Wang, Y., Sun, J., Wang, Y., Li, H., Chen, Y. "FedCor: Correlation-Based Active Client
-       Selection Strategy for Heterogeneous Federated Learning." CVPR 2022 (appendix C: d, M, theta, W and Dt).
+    .. [1] Tang, M., et al. "FedCor: Correlation-Based Active Client Selection Strategy for Heterogeneous Federated
+       Learning." CVPR 2022 (appendix C: d, M, theta, W and Dt).
     .. [2] The official code, https://github.com/Yoruko-Tang/FedCor: July 2022 (:data:`CODE_2022`) and February 2023.
 
     Examples
