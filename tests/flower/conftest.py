@@ -1,3 +1,4 @@
+import logging
 import os
 import tempfile
 
@@ -98,3 +99,19 @@ def round_messages(grid, t):
 def models_sent(grid, t):
     """How many of round t's messages carried a model (w^t or a trial model): what models_down must count."""
     return sum(1 for m in round_messages(grid, t) if "arrays" in m.content.array_records)
+
+
+@pytest.fixture
+def flwr_log():
+    """Records what Flower's logger (which fedselect's server logs through) prints."""
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Keep(level=logging.DEBUG)
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)

@@ -7,7 +7,6 @@ its docstring; removing that check makes the test fail again.
 
 import io
 import json
-import logging
 import warnings
 
 import numpy as np
@@ -42,22 +41,6 @@ def skewed_clients():
     """Label-skewed clients (two digits each): where a client's loss says something, as in the attack."""
     fed = fedselect.make_federation("digits", partition="shards", n_clients=N, random_state=2)
     return FederationClients(fed, random_state=0, **TRAIN)
-
-
-@pytest.fixture
-def flwr_log():
-    """Records what Flower's logger (which fedselect's server logs through) prints."""
-    records = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    handler = Keep(level=logging.DEBUG)
-    logger = logging.getLogger("flwr")
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def hostile(app, partitions, change):

@@ -6,7 +6,6 @@ such id to the one client id it may claim, and every other node and claim is ref
 """
 
 import json
-import logging
 import warnings
 
 import numpy as np
@@ -32,21 +31,6 @@ def fed():
 @pytest.fixture(scope="module")
 def clients(fed):
     return FederationClients(fed, random_state=0, model="logistic", local_steps=2, batch_size=16, lr=0.1)
-
-
-@pytest.fixture
-def flwr_log():
-    records = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    handler = Keep(level=logging.DEBUG)
-    logger = logging.getLogger("flwr")
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def claiming(app, partition, n_examples=None):
