@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .hookspecs import hookimpl
+from .optim import LocalSGD
 from .plugins import get_selector, get_selector_class, list_datasets, list_models, list_selectors
 from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, SelectionError
 
@@ -54,6 +55,7 @@ __all__ = [
     "FederatedTrainer",
     "Federation",
     "History",
+    "LocalSGD",
     "RoundFeedback",
     "Selection",
     "SelectionError",
