@@ -95,9 +95,10 @@ class ReplyChecks:
         Node id -> the client id that node holds, or None (:meth:`fedselect.flower.wire.Wire.client_of`).
     reply_limit : int, optional
         The most bytes one reply may carry (:func:`reply_limit`); None for no limit.
-    max_num_examples, max_abs_loss, update_norm_bound, update_norm_action, loss_clip_quantile, \
-loss_clip_history, loss_outlier_factor
-        :class:`~fedselect.flower.SelectorStrategy`'s parameters of the same names.
+    max_num_examples, max_abs_loss : int, float
+        The largest count an evaluation reply may claim; the largest loss magnitude.
+    update_norm_bound, update_norm_action, loss_clip_quantile, loss_clip_history, loss_outlier_factor
+        The opt-in rules: :class:`~fedselect.flower.SelectorStrategy`'s parameters of the same names.
 
     Attributes
     ----------

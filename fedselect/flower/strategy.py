@@ -695,70 +695,24 @@ def trimmed_mean(deltas: Any, f: int) -> np.ndarray:
 class SelectorStrategy(Strategy):
     """Run a fedselect selector in a Flower federation (Message API).
 
-    Each round t (Flower's ``server_round`` is t + 1):
+    Each round t (Flower's ``server_round`` is t + 1) is :mod:`fedselect.round`'s, played against a
+    :class:`FlowerOracle`: ``configure_train`` refreshes the node map (:attr:`wire_`: each new node answers a
+    ``query.fedselect_hello`` with its client id and n_k; the first round waits for all N and fits the selector
+    on their n_k), opens the round (:func:`fedselect.round.open_round`: the selector chooses, its oracle
+    questions are messages through the Grid charged on a :class:`~fedselect.ledger.RoundLedger`) and returns
+    the chosen clients' train messages; ``aggregate_train`` concludes it with the replies (checked by
+    :attr:`checks_`, weighted by :func:`fedselect.aggregation.aggregation_weights`, applied as
+    w^{t+1} = w^t + sum_k a_k (w_k - w^t), buffers averaged) and teaches the selector a
+    :class:`~fedselect.RoundFeedback` of the clients that reported. :meth:`start` is Flower's loop with
+    ``train_timeout``, the centralised evaluation and a JSON line per round.
 
-    1. the live nodes are mapped to stable client ids (each new node answers a
-       ``query.fedselect_hello`` with its client id and n_k; the first round waits until all
-       N clients have said hello and fits the selector once on their n_k);
-    2. the selector chooses with a :class:`FlowerOracle` that asks the clients through the
-       Grid and charges a :class:`~fedselect.ledger.RoundLedger`;
-    3. the chosen clients whose update the server does not already hold get a ``train``
-       message (with ``w^t`` unless they received it earlier this round; it asks their loss
-       on ``w^t`` too when not yet known); the chosen clients whose update it already holds
-       (trained for an oracle question) are asked only their loss, when not yet known, with
-       a ``query.fedselect_loss`` on their cached ``w^t`` after training, as the simulator
-       asks every reporter's loss (one scalar up each, no model down);
-    4. the reporting clients' deltas ``w_k - w^t`` are aggregated: with the selection's
-       weights as given (unnormalised, like the simulator; ``partial_weights`` when some
-       chosen clients did not report) when it carries weights, else by
-       ``aggregation`` (the simulator's rules, float32 torch arithmetic identical to
-       :class:`fedselect.FederatedTrainer`), else by ``inner``'s ``aggregate_train`` on the
-       local models ``w^t + delta``; buffers named in ``buffers`` (batch norm statistics) are
-       not added up but averaged: ``b^{t+1} = b^t + sum_k a_k (b_k - b^t)`` with the
-       parameters' weights a_k normalised to sum 1 (integer buffers rounded, boolean ones
-       kept), from the differences the clients report in their update, as the simulator
-       does (:func:`fedselect.simulation.engine.aggregate_buffers`; the trial model of
-       ``oracle.trial`` too);
-    5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
-       reported, with ``durations`` (each reporter's training reply as the server measured
-       it, :attr:`FlowerRound.reply_seconds`) when it needs ``"durations"``, and
-       ``sample_loss_sq`` (sent with each update, asked for in the training messages' config
-       only then, one scalar up per reporter) when it needs ``"sample_losses"``, as Oort does;
-       evaluation is ``inner``'s.
-
-    Steps 2-5 are the simulator's round (:mod:`fedselect.round`), played against a
-    :class:`FlowerOracle`: ``configure_train`` runs its first phase (:func:`fedselect.round.open_round`)
-    and returns the chosen clients' train messages, ``aggregate_train`` the rest with the replies. The
-    weights are :func:`fedselect.aggregation.aggregation_weights`', the buffers'
-    average :func:`fedselect.aggregation.average_buffer_arrays`'. Each round's record has the
-    measured ``wall_seconds`` and ``reply_seconds`` (:class:`FlowerRound`).
-
-    The server trusts its own configuration, not its clients (:doc:`/security`). Every
-    reply is checked before use: arrays against the model's layout (names, then each npy
-    header's shape and dtype, floating point for parameter updates, and the byte count)
-    before a byte is decoded, counts as whole numbers in range, losses finite and at most
-    ``max_abs_loss`` in magnitude, a sample loss finite in [0, ``max_abs_loss**2``] (when asked for),
-    an update's squared norm finite in float32, the whole reply below
-    ``max_reply_bytes``. A client that does not answer in time, answers with an error, sends
-    a reply that fails a check or that raises anything while it is handled (overflow,
-    memory), or whose node is gone is left out of the round (NaN to the oracle, absent from
-    the feedback), with a warning naming the client and the reason
-    (:attr:`FlowerRound.rejected`). A client id is bound to the first node that claims it
-    with a usable hello; another node's claim while that node is alive is refused and
-    logged, never swapped in, and a client's n_k is the one its first usable hello gave
-    (``node_binding`` binds ids to authenticated nodes instead). An
-    exception a selector raises in ``select`` after clients answered its questions, or in
-    ``update``, skips that step for the round with an error in the log and in
-    :attr:`FlowerRound.errors`; the server stops only for its own faults (a parameter, an
-    invalid selection, no client connected).
-
-    A client without a live node at the start of a round is unavailable for the whole
-    round: its ledger marks it failed from the start, so oracle questions about it answer
-    NaN without a message and cost nothing (a trial model is charged per message actually
-    sent). Fewer live clients than ``clients_per_round`` shrinks the round to the live count
-    with a :class:`FlowerRoundWarning`. The selector is not told which clients are live: a
-    selector that asks no question (random, round-robin, data-size, ...) can still choose a
-    disconnected client, which then simply fails, and the round aggregates fewer clients.
+    The server trusts its own configuration, not its clients (:doc:`/security`): a client that does not answer
+    in time, answers with an error, sends a reply that fails a check (layout, counts, finite and bounded
+    losses, size) or whose node is gone is left out of the round (NaN to the oracle, absent from the feedback,
+    :attr:`FlowerRound.rejected`); a selector's exception fed by the clients' answers skips that step for the
+    round (:attr:`FlowerRound.errors`). A client without a live node is unavailable for the round; fewer live
+    clients than ``clients_per_round`` shrinks it with a :class:`FlowerRoundWarning`.
+    :doc:`/flower` says what each step sends and costs.
 
     Parameters
     ----------
