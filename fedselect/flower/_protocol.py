@@ -43,13 +43,14 @@ with ``sample_losses=True``). :func:`sample_loss_sq` is its check.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 
 HELLO = "query.fedselect_hello"
 LOSS = "query.fedselect_loss"
@@ -429,3 +430,74 @@ def message_bytes(obj: object) -> int:
     for child in (getattr(obj, "children", None) or {}).values():
         n += message_bytes(child)
     return n
+
+
+# -- reading a reply: what every reply check of the server shares -------------------------------
+
+#: counts a client reports (steps, sample gradients, samples evaluated) above this are not counts
+MAX_COUNT = 2**53
+
+
+def reply_metrics(content: RecordDict) -> Any:
+    """The reply's ``"metrics"`` record; :class:`BadReply` when it has none."""
+    metrics = content.metric_records.get("metrics")
+    if metrics is None:
+        raise BadReply("the reply has no 'metrics' record")
+    return metrics
+
+
+def metric_int(
+    metrics: Any, key: str, *, default: int | None = None, minimum: int = 0, maximum: int = MAX_COUNT
+) -> int:
+    """``metrics[key]`` as an int in [minimum, maximum] (``default`` when absent; :class:`BadReply` when absent
+    without one, or not a whole number in range)."""
+    if key not in metrics:
+        if default is None:
+            raise BadReply(f"the reply has no {key!r}")
+        return default
+    value = metrics[key]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not np.isfinite(value)
+        or not minimum <= value <= maximum
+        or float(value) != int(value)
+    ):
+        raise BadReply(f"{key!r}={value!r} is not an integer in [{minimum}, {maximum}]")
+    return int(value)
+
+
+def parse_loss(content: RecordDict, max_abs: float = 1e6) -> tuple[float, int]:
+    """(l_k, samples evaluated) of a loss reply; :class:`BadReply` unless the loss is a finite number with
+    |l_k| <= max_abs."""
+    metrics = reply_metrics(content)
+    if LOSS_KEY not in metrics:
+        raise BadReply(f"the reply has no {LOSS_KEY!r}")
+    value = metrics[LOSS_KEY]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BadReply(f"{LOSS_KEY!r}={value!r} is not a number")
+    if not np.isfinite(value):
+        raise BadReply(f"{LOSS_KEY!r}={value!r} is not finite")
+    if abs(float(value)) > max_abs:
+        raise BadReply(f"{LOSS_KEY!r}={value!r} is beyond max_abs_loss={max_abs:g}")
+    return float(value), metric_int(metrics, EVALUATED, default=0)
+
+
+def safe_text(value: Any, limit: int = 300) -> str:
+    """Text a client sent, safe for a log line: no control characters (a newline cannot forge a log line), cut."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def why(exc: BaseException) -> str:
+    """A one-line reason for a log: the message of a :class:`BadReply`, else the exception's type and message."""
+    return safe_text(str(exc) if isinstance(exc, BadReply) else f"{type(exc).__name__}: {exc}")
+
+
+def destinations(messages: Iterable[Message]) -> dict[str, int]:
+    """The node each sent message went to, by its message id (set by the grid's ``push_messages``)."""
+    out: dict[str, int] = {}
+    for m in messages:
+        with contextlib.suppress(Exception):
+            out[str(m.metadata.message_id)] = int(m.metadata.dst_node_id)
+    return out

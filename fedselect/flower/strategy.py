@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import json
@@ -39,8 +38,10 @@ from ..selection import BaseSelector, ClientOracle, ClientPool, Selection
 from ..simulation.history import History, RoundRecord, Traffic
 from . import _protocol as P
 from .binding import is_node_binding
+from .checks import ReplyChecks, loo_median_fence, reply_limit
+from .wire import Wire
 
-__all__ = ["FlowerOracle", "FlowerRound", "SelectorStrategy"]
+__all__ = ["FlowerOracle", "FlowerRound", "SelectorStrategy", "loo_median_fence", "trimmed_mean"]
 
 _AGGREGATIONS = (None, "data-size", "mean")
 
@@ -181,7 +182,7 @@ class FlowerOracle(ClientOracle):
     them answer NaN without a message. A reply that cannot be used (no finite ``loss``, no
     update, non-integer counts, no usable sample loss when the selector needs one) fails its
     client for the round, like a timeout. Each trained client's reply is timed by the server's
-    own clock (:meth:`SelectorStrategy._send_and_receive`): its ``reply_seconds``, the
+    own clock (:meth:`fedselect.flower.wire.Wire.send_and_receive`): its ``reply_seconds``, the
     feedback's ``durations``.
     """
 
@@ -219,10 +220,10 @@ class FlowerOracle(ClientOracle):
         cfg.update(extra)
         if model is not None:
             cfg[P.MODEL_KIND] = "trial"
-            return RecordDict({"arrays": self._st._layout.record(*model), "config": cfg})
+            return RecordDict({"arrays": self._st.layout_.record(*model), "config": cfg})
         cfg[P.MODEL_KIND] = "global"
         if k in newly_sent:
-            return RecordDict({"arrays": self._st._global_record, "config": cfg})
+            return RecordDict({"arrays": self._st.global_arrays_, "config": cfg})
         cfg[P.CACHED] = True
         return RecordDict({"config": cfg})
 
@@ -238,7 +239,7 @@ class FlowerOracle(ClientOracle):
         """Send one message per id; return the content of each reply by client id, and the messages sent.
 
         ``times``, if given, receives each reply's seconds by client id, by the server's clock
-        (:meth:`SelectorStrategy._exchange`). Ids that time out or answer with an error are
+        (:meth:`fedselect.flower.wire.Wire.exchange`). Ids that time out or answer with an error are
         marked failed on the ledger. The
         callers pass only clients that have not failed; a client without a live node is
         failed from the start of the round (``RoundLedger(unavailable=...)``), so it gets
@@ -248,13 +249,13 @@ class FlowerOracle(ClientOracle):
         newly = set(led.send_model(ids).tolist()) if model is None else set()
         messages = []
         for k in ids.tolist():
-            node = self._st._node_of.get(k)
+            node = self._st.wire_.node_of(k)
             if node is None:  # the node vanished during the round: no message, the client fails below
                 continue
             content = self._content(k, newly, extra, model)
             messages.append(Message(content, node, message_type, group_id=str(self.round + 1)))
-        replies = self._st._exchange(self._grid, messages, self._st.query_timeout, kind, times)
-        got = self._st._valid_replies(replies)
+        replies = self._st.wire_.exchange(self._grid, messages, self._st.query_timeout, kind, times)
+        got = self._st.checks_.valid_replies(replies)
         failed = [k for k in ids.tolist() if k not in got]
         if failed:
             led.mark_failed(np.asarray(failed, dtype=np.int64))
@@ -269,17 +270,17 @@ class FlowerOracle(ClientOracle):
         out = {}
         for k, content in got.items():
             try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
-                delta, steps, grads, buffer_deltas = self._st._parse_update(content, k)
+                delta, steps, grads, buffer_deltas = self._st.checks_.parse_update(content)
                 sq = self._parse_sample_loss(content)
             except Exception as exc:
-                _reject(self._led, k, "update", exc, self._st._rejected)
+                self._st.checks_.reject(self._led, k, "update", exc)
                 continue
             out[k] = (delta, steps, grads)
             self._buffer_deltas[k] = buffer_deltas
             if sq is not None:
                 self._sample_sq[k] = sq
             if k in times:
-                self._st._reply_seconds[k] = times[k]
+                self._st.wire_.reply_seconds[k] = times[k]
         return out
 
     @property
@@ -297,7 +298,7 @@ class FlowerOracle(ClientOracle):
         sample_loss_sq`), else None (not asked, not read)."""
         if not self._needs_sample_losses:
             return None
-        return P.sample_loss_sq(_reply_metrics(content), float(self._st.max_abs_loss))
+        return P.sample_loss_sq(P.reply_metrics(content), float(self._st.max_abs_loss))
 
     def _loss_replies(
         self, ids: np.ndarray, got: dict[int, RecordDict], *, on_global: bool = True
@@ -312,7 +313,7 @@ class FlowerOracle(ClientOracle):
             if k not in got:
                 continue
             try:
-                value, n = _parse_loss(got[k], float(self._st.max_abs_loss))
+                value, n = P.parse_loss(got[k], float(self._st.max_abs_loss))
             except Exception as exc:
                 bad.append((k, exc))
                 continue
@@ -324,14 +325,14 @@ class FlowerOracle(ClientOracle):
             # update), not they. Nobody is failed; the trial answers NaN.
             note = (
                 f"round {self.round}: {len(bad)} of {len(bad) + len(ok)} clients could not evaluate the "
-                f"trial model (e.g. {_why(bad[0][1])}); the trial answers NaN and nobody is failed"
+                f"trial model (e.g. {P.why(bad[0][1])}); the trial answers NaN and nobody is failed"
             )
             log(ERROR, "fedselect: %s", note)
-            self._st._errors.append(note)
+            self._st.note_error(note)
             return [], [], evaluated
         for k, exc in bad:
-            _reject(self._led, k, "loss", exc, self._st._rejected)
-        return ok, self._st._clip_losses(ok, values, on_global=on_global), evaluated
+            self._st.checks_.reject(self._led, k, "loss", exc)
+        return ok, self._st.checks_.clip_losses(ok, values, on_global=on_global), evaluated
 
     # -- the oracle -----------------------------------------------------------------
     def losses(self, ids: Any) -> np.ndarray:
@@ -355,22 +356,22 @@ class FlowerOracle(ClientOracle):
         if not alive.size:  # no trial client answered: nothing was learned
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
-        w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st._weight_rule())
-        stacked, keep, _ = self._st._bound_norms(
+        w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st.weight_rule())
+        stacked, keep, _ = self._st.checks_.bound_norms(
             alive, np.stack([np.asarray(led.update(int(k))) for k in alive]), led, self._theta
         )
         if not keep.all():  # the norm bound rejected some: the trial is what the others would produce
             alive = alive[keep]
             if not alive.size:
                 return np.full(self.n_clients, np.nan)
-            w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st._weight_rule())
+            w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st.weight_rule())
             stacked = stacked[keep]
         theta_trial = apply_deltas(self._theta, stacked, w)
         buffers_trial = self.aggregate_buffers(alive, w)
         if not np.all(np.isfinite(theta_trial)):
             note = f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
             log(ERROR, "fedselect: %s", note)
-            self._st._errors.append(note)
+            self._st.note_error(note)
             return np.full(self.n_clients, np.nan)
         everyone = led.alive(np.arange(self.n_clients))
         answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=(theta_trial, buffers_trial))
@@ -458,7 +459,7 @@ class FlowerOracle(ClientOracle):
         newly = set(led.send_model(todo).tolist())
         messages, need_loss = [], set()
         for k in todo.tolist():
-            node = st._node_of.get(k)
+            node = st.wire_.node_of(k)
             if node is None:
                 continue
             cfg = ConfigRecord(dict(self._config))
@@ -472,16 +473,16 @@ class FlowerOracle(ClientOracle):
             if cfg[P.NEED_LOSS]:
                 need_loss.add(k)
             if k in newly:
-                content = RecordDict({"arrays": st._global_record, "config": cfg})
+                content = RecordDict({"arrays": st.global_arrays_, "config": cfg})
             else:
                 cfg[P.CACHED] = True
                 content = RecordDict({"config": cfg})
             messages.append(Message(content, node, P.TRAIN, group_id=str(server_round)))
-        gone = [k for k in todo.tolist() if k not in st._node_of]
+        gone = [k for k in todo.tolist() if st.wire_.node_of(k) is None]
         if gone:
             led.mark_failed(np.asarray(gone, dtype=np.int64))
-        st._count("train", messages, down=True)
-        st._train_arrivals = {}
+        st.wire_.count("train", messages, down=True)
+        st.wire_.take_train_arrivals()  # none from an earlier round's exchange
         self._training = _Training(ids, todo, messages, need_loss, time.monotonic())
         return TrainMessages(messages)
 
@@ -495,18 +496,18 @@ class FlowerOracle(ClientOracle):
         replies = list(reply or [])
         waited = time.monotonic() - tr.sent
         if messages:
-            st._wall += waited
-        st._count("train", replies, down=False)
+            st.wire_.add_wait(waited)
+        st.wire_.count("train", replies, down=False)
         # Each reply's seconds as start() measured them; the whole wait (the server's clock, an upper bound)
         # for replies that came back another way (configure_train and aggregate_train driven by someone else).
-        arrivals, st._train_arrivals = st._train_arrivals, {}
-        times = st._reply_times(messages, [(m, min(arrivals.get(id(m), waited), waited)) for m in replies])
+        arrivals = st.wire_.take_train_arrivals()
+        times = st.wire_.reply_times(messages, [(m, min(arrivals.get(id(m), waited), waited)) for m in replies])
         # Clients sent a train message that sent nothing back, not even an error: the server stopped waiting
         # for them after `waited` seconds, a lower bound on their durations (RoundFeedback.timed_out).
-        asked = {int(m.metadata.dst_node_id): st._client_of.get(int(m.metadata.dst_node_id)) for m in messages}
+        asked = {int(m.metadata.dst_node_id): st.wire_.client_of(int(m.metadata.dst_node_id)) for m in messages}
         # The SuperLink's own error reply for a message (its node offline, the message expired) answers for the
         # node that message went to: that client failed, with an error, rather than sent nothing back.
-        sent_to = _destinations(messages)
+        sent_to = P.destinations(messages)
         answered = set()
         for m in replies:
             try:  # a reply's metadata is the client's: anything odd in it only loses this sighting
@@ -517,18 +518,18 @@ class FlowerOracle(ClientOracle):
             except Exception:
                 continue
         silent = sorted(k for node, k in asked.items() if k is not None and node not in answered)
-        got = st._valid_replies(replies)
+        got = st.checks_.valid_replies(replies)
         ok, updates, steps, grads, loss_ids, losses, evaluated = [], [], 0, 0, [], [], 0
         for k in todo.tolist():
             content = got.get(k)
             if content is None or led.is_failed(k):
                 continue
             try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
-                delta, s, g, buffer_deltas = st._parse_update(content, k)
-                loss = _parse_loss(content, float(st.max_abs_loss)) if k in need_loss else None
+                delta, s, g, buffer_deltas = st.checks_.parse_update(content)
+                loss = P.parse_loss(content, float(st.max_abs_loss)) if k in need_loss else None
                 sq = self._parse_sample_loss(content)
             except Exception as exc:
-                _reject(led, k, "train", exc, st._rejected)
+                st.checks_.reject(led, k, "train", exc)
                 continue
             if sq is not None:
                 self._sample_sq[k] = sq
@@ -540,7 +541,7 @@ class FlowerOracle(ClientOracle):
             updates.append(delta)
             self._buffer_deltas[k] = buffer_deltas
             if k in times:
-                st._reply_seconds[k] = times[k]
+                st.wire_.reply_seconds[k] = times[k]
             steps += s
             grads += g
         missing = [k for k in todo.tolist() if k not in ok and not led.is_failed(k)]
@@ -549,7 +550,7 @@ class FlowerOracle(ClientOracle):
         if ok:
             led.record_training(np.asarray(ok, dtype=np.int64), updates, steps=steps, sample_gradients=grads)
         if loss_ids:
-            losses = st._clip_losses(loss_ids, losses, on_global=True)
+            losses = st.checks_.clip_losses(loss_ids, losses, on_global=True)
             led.record_losses(np.asarray(loss_ids, dtype=np.int64), np.asarray(losses), samples_evaluated=evaluated)
         held = np.array([k for k in ids.tolist() if not led.is_failed(k) and led.trained(k)], dtype=np.int64)
         ask = led.losses_to_ask(held) if held.size and self._needs_losses else held[:0]
@@ -558,7 +559,7 @@ class FlowerOracle(ClientOracle):
         keep = np.array([not led.is_failed(int(k)) and led.trained(int(k)) for k in ids], dtype=bool)
         if st.update_norm_bound is not None and keep.any():  # the opt-in bound, before any weight
             held_ids = ids[keep]
-            bounded, _, within = st._bound_norms(
+            bounded, _, within = st.checks_.bound_norms(
                 held_ids,
                 np.stack([np.asarray(led.update(int(k)), dtype=np.float32) for k in held_ids]),
                 led,
@@ -574,17 +575,20 @@ class FlowerOracle(ClientOracle):
         # What the server measured of each reporter's training reply (its own clock; the round's whole wait
         # for a reply it has no measurement of), and, when the selector needs them, the sample losses sent
         # with the updates: one scalar up per reporter, as the simulator charges them.
-        durations = np.array([st._reply_seconds.get(int(k), st._wall) for k in reported], dtype=np.float64)
+        durations = np.array([st.wire_.reply_seconds.get(int(k), st.wire_.wall) for k in reported], dtype=np.float64)
         sq = None
         if self._needs_sample_losses:
             sq = np.array(
-                st._clip_sample_losses(reported.tolist(), [self._sample_sq[int(k)] for k in reported]), dtype=np.float64
+                st.checks_.clip_sample_losses(reported.tolist(), [self._sample_sq[int(k)] for k in reported]),
+                dtype=np.float64,
             )
             led.record_scalars_up(int(reported.size))
         timed_out = np.array([k for k in silent if k not in set(reported.tolist())], dtype=np.int64)
         # start() waited train_timeout for a silent client (a grid that times itself, LocalGrid, knows at once that
         # a message is lost, "as if the timeout expired"); replies sent in by another loop: the wait measured here
-        after = np.full(timed_out.size, float(waited) if st._train_wait is None else max(float(waited), st._train_wait))
+        after = np.full(
+            timed_out.size, float(waited) if st.wire_.train_wait is None else max(float(waited), st.wire_.train_wait)
+        )
         if not reported.size:
             return Reports(
                 reported,
@@ -604,9 +608,8 @@ class FlowerOracle(ClientOracle):
         )
         if st.update_norm_bound is not None:  # the reference of later rounds' bounds: norms accepted unclipped
             norms = np.linalg.norm(stacked.astype(np.float64), axis=1)
-            st._norm_history.extend(float(v) for k, v in zip(reported.tolist(), norms) if k in accepted)
-            del st._norm_history[:-50]
-        n_k = np.array([st._n_samples[int(k)] for k in reported], dtype=np.int64)
+            st.checks_.remember_norms(v for k, v in zip(reported.tolist(), norms) if k in accepted)
+        n_k = np.array([st.wire_.n_samples[int(k)] for k in reported], dtype=np.int64)
         losses = led.loss(reported) if self._needs_losses else None
         return Reports(reported, stacked, losses, n_k, durations, sq, timed_out, after)
 
@@ -665,89 +668,6 @@ def _is_names(value: Any) -> bool:
     return all(isinstance(v, str) for v in value) and len(set(value)) == len(value)
 
 
-_BadReply = P.BadReply
-
-#: the most node refreshes (rounds) between two hellos to a node whose hellos fail (error, no answer)
-_HELLO_BACKOFF_MAX = 32
-
-#: the exchanges a round waits on (its wall_seconds): oracle questions; training is timed by the transport
-_ROUND_KINDS = frozenset({"loss", "update", "trial"})
-
-#: pauses between pulls of a polled grid (:meth:`SelectorStrategy._send_and_receive`): this fraction of the
-#: time elapsed, within [_POLL_MIN, _POLL_MAX] seconds
-_POLL_FRACTION, _POLL_MIN, _POLL_MAX = 0.05, 0.01, 1.0
-
-#: counts a client reports (steps, sample gradients, samples evaluated) above this are not counts
-_MAX_COUNT = 2**53
-#: an update whose squared norm does not fit in float32 (a norm above ~1.8e19) cannot be aggregated
-_MAX_SQ_NORM = float(np.finfo(np.float32).max)
-#: a floating-point buffer (batch norm's statistics) may move by at most this times max(1, |b^t|) in one round
-_BUFFER_STEP = 1e6
-
-
-def _reply_metrics(content: RecordDict) -> Any:
-    metrics = content.metric_records.get("metrics")
-    if metrics is None:
-        raise _BadReply("the reply has no 'metrics' record")
-    return metrics
-
-
-def _metric_int(
-    metrics: Any, key: str, *, default: int | None = None, minimum: int = 0, maximum: int = _MAX_COUNT
-) -> int:
-    """``metrics[key]`` as an int in [minimum, maximum] (``default`` when absent; _BadReply when absent
-    without one, or not a whole number in range)."""
-    if key not in metrics:
-        if default is None:
-            raise _BadReply(f"the reply has no {key!r}")
-        return default
-    value = metrics[key]
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not np.isfinite(value)
-        or not minimum <= value <= maximum
-        or float(value) != int(value)
-    ):
-        raise _BadReply(f"{key!r}={value!r} is not an integer in [{minimum}, {maximum}]")
-    return int(value)
-
-
-def _parse_loss(content: RecordDict, max_abs: float = 1e6) -> tuple[float, int]:
-    """(l_k, samples evaluated) of a loss reply; _BadReply unless the loss is a finite number with |l_k| <= max_abs."""
-    metrics = _reply_metrics(content)
-    if P.LOSS_KEY not in metrics:
-        raise _BadReply(f"the reply has no {P.LOSS_KEY!r}")
-    value = metrics[P.LOSS_KEY]
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not a number")
-    if not np.isfinite(value):
-        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is not finite")
-    if abs(float(value)) > max_abs:
-        raise _BadReply(f"{P.LOSS_KEY!r}={value!r} is beyond max_abs_loss={max_abs:g}")
-    return float(value), _metric_int(metrics, P.EVALUATED, default=0)
-
-
-def _text(value: Any, limit: int = 300) -> str:
-    """Text a client sent, safe for a log line: no control characters (a newline cannot forge a log line), cut."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _destinations(messages: Iterable[Message]) -> dict[str, int]:
-    """The node each sent message went to, by its message id (set by the grid's ``push_messages``)."""
-    out: dict[str, int] = {}
-    for m in messages:
-        with contextlib.suppress(Exception):
-            out[str(m.metadata.message_id)] = int(m.metadata.dst_node_id)
-    return out
-
-
-def _why(exc: BaseException) -> str:
-    """A one-line reason for a log: the message of a BadReply, else the exception's type and message."""
-    return _text(str(exc) if isinstance(exc, _BadReply) else f"{type(exc).__name__}: {exc}")
-
-
 def trimmed_mean(deltas: Any, f: int) -> np.ndarray:
     """The coordinate-wise mean of ``deltas`` (one row per reporter) without the ``f`` largest and ``f`` smallest
     values of each coordinate; the coordinate-wise median when there are ``2 f`` rows or fewer.
@@ -772,130 +692,27 @@ def trimmed_mean(deltas: Any, f: int) -> np.ndarray:
     return np.sort(d, axis=0)[f : r - f].mean(axis=0).astype(np.float32)
 
 
-def loo_median_fence(values: Any, factor: float, context: Sequence[float] = ()) -> np.ndarray:
-    """The leave-one-out median fence: a value above ``factor`` times the median m_-k of the *other* values (the
-    batch without it, plus ``context``) is flagged, and every flagged value is replaced by the median of the values
-    not flagged (with ``context``).
-
-    Parameters
-    ----------
-    values : array-like of float
-        One batch of answers (losses, sample losses), one per client.
-    factor : float
-        c >= 1: how far above the others' median an answer may be.
-    context : sequence of float
-        Further reference values from clients outside the batch (their latest answers).
-
-    Returns
-    -------
-    ndarray of float
-        The values, the flagged ones replaced; a value whose reference has fewer than two values, or a
-        non-positive median, is never flagged.
-
-    Notes
-    -----
-    m_-k never holds the answer it judges, so identical lies do not raise their own reference while the liars are
-    fewer than half of the others; replacing them by the median of the unflagged answers (not by m_-k, which the
-    other lies raise) ranks each liar as the typical honest client. O(B (B + C)) for B values and C context values.
-    """
-    vals = np.asarray(values, dtype=np.float64)
-    ctx = np.asarray(context, dtype=np.float64)
-    flagged = np.zeros(vals.size, dtype=bool)
-    for i in range(vals.size):
-        ref = np.concatenate([vals[:i], vals[i + 1 :], ctx])
-        if ref.size < 2:
-            continue
-        m = float(np.median(ref))
-        flagged[i] = m > 0 and vals[i] > factor * m
-    out = vals.copy()
-    if flagged.any():
-        out[flagged] = float(np.median(np.concatenate([vals[~flagged], ctx])))
-    return out
-
-
-def _reject(ledger: RoundLedger, k: int, what: str, exc: BaseException, record: dict[int, str] | None = None) -> None:
-    """Log an unusable reply (naming the client and the reason) and mark its client failed for the round."""
-    reason = _why(exc)
-    log(
-        WARNING,
-        "fedselect: round %d: client %d sent an unusable %s reply (%s); left out of the round",
-        ledger.round,
-        k,
-        what,
-        reason,
-    )
-    if record is not None:
-        record.setdefault(int(k), f"{what}: {reason}")
-    ledger.mark_failed(np.array([k], dtype=np.int64))
-
-
 class SelectorStrategy(Strategy):
     """Run a fedselect selector in a Flower federation (Message API).
 
-    Each round t (Flower's ``server_round`` is t + 1):
+    Each round t (Flower's ``server_round`` is t + 1) is :mod:`fedselect.round`'s, played against a
+    :class:`FlowerOracle`: ``configure_train`` refreshes the node map (:attr:`wire_`: each new node answers a
+    ``query.fedselect_hello`` with its client id and n_k; the first round waits for all N and fits the selector
+    on their n_k), opens the round (:func:`fedselect.round.open_round`: the selector chooses, its oracle
+    questions are messages through the Grid charged on a :class:`~fedselect.ledger.RoundLedger`) and returns
+    the chosen clients' train messages; ``aggregate_train`` concludes it with the replies (checked by
+    :attr:`checks_`, weighted by :func:`fedselect.aggregation.aggregation_weights`, applied as
+    w^{t+1} = w^t + sum_k a_k (w_k - w^t), buffers averaged) and teaches the selector a
+    :class:`~fedselect.RoundFeedback` of the clients that reported. :meth:`start` is Flower's loop with
+    ``train_timeout``, the centralised evaluation and a JSON line per round.
 
-    1. the live nodes are mapped to stable client ids (each new node answers a
-       ``query.fedselect_hello`` with its client id and n_k; the first round waits until all
-       N clients have said hello and fits the selector once on their n_k);
-    2. the selector chooses with a :class:`FlowerOracle` that asks the clients through the
-       Grid and charges a :class:`~fedselect.ledger.RoundLedger`;
-    3. the chosen clients whose update the server does not already hold get a ``train``
-       message (with ``w^t`` unless they received it earlier this round; it asks their loss
-       on ``w^t`` too when not yet known); the chosen clients whose update it already holds
-       (trained for an oracle question) are asked only their loss, when not yet known, with
-       a ``query.fedselect_loss`` on their cached ``w^t`` after training, as the simulator
-       asks every reporter's loss (one scalar up each, no model down);
-    4. the reporting clients' deltas ``w_k - w^t`` are aggregated: with the selection's
-       weights as given (unnormalised, like the simulator; ``partial_weights`` when some
-       chosen clients did not report) when it carries weights, else by
-       ``aggregation`` (the simulator's rules, float32 torch arithmetic identical to
-       :class:`fedselect.FederatedTrainer`), else by ``inner``'s ``aggregate_train`` on the
-       local models ``w^t + delta``; buffers named in ``buffers`` (batch norm statistics) are
-       not added up but averaged: ``b^{t+1} = b^t + sum_k a_k (b_k - b^t)`` with the
-       parameters' weights a_k normalised to sum 1 (integer buffers rounded, boolean ones
-       kept), from the differences the clients report in their update, as the simulator
-       does (:func:`fedselect.simulation.engine.aggregate_buffers`; the trial model of
-       ``oracle.trial`` too);
-    5. the selector learns from a :class:`~fedselect.RoundFeedback` of the clients that
-       reported, with ``durations`` (each reporter's training reply as the server measured
-       it, :attr:`FlowerRound.reply_seconds`) when it needs ``"durations"``, and
-       ``sample_loss_sq`` (sent with each update, asked for in the training messages' config
-       only then, one scalar up per reporter) when it needs ``"sample_losses"``, as Oort does;
-       evaluation is ``inner``'s.
-
-    Steps 2-5 are the simulator's round (:mod:`fedselect.round`), played against a
-    :class:`FlowerOracle`: ``configure_train`` runs its first phase (:func:`fedselect.round.open_round`)
-    and returns the chosen clients' train messages, ``aggregate_train`` the rest with the replies. The
-    weights are :func:`fedselect.aggregation.aggregation_weights`', the buffers'
-    average :func:`fedselect.aggregation.average_buffer_arrays`'. Each round's record has the
-    measured ``wall_seconds`` and ``reply_seconds`` (:class:`FlowerRound`).
-
-    The server trusts its own configuration, not its clients (:doc:`/security`). Every
-    reply is checked before use: arrays against the model's layout (names, then each npy
-    header's shape and dtype, floating point for parameter updates, and the byte count)
-    before a byte is decoded, counts as whole numbers in range, losses finite and at most
-    ``max_abs_loss`` in magnitude, a sample loss finite in [0, ``max_abs_loss**2``] (when asked for),
-    an update's squared norm finite in float32, the whole reply below
-    ``max_reply_bytes``. A client that does not answer in time, answers with an error, sends
-    a reply that fails a check or that raises anything while it is handled (overflow,
-    memory), or whose node is gone is left out of the round (NaN to the oracle, absent from
-    the feedback), with a warning naming the client and the reason
-    (:attr:`FlowerRound.rejected`). A client id is bound to the first node that claims it
-    with a usable hello; another node's claim while that node is alive is refused and
-    logged, never swapped in, and a client's n_k is the one its first usable hello gave
-    (``node_binding`` binds ids to authenticated nodes instead). An
-    exception a selector raises in ``select`` after clients answered its questions, or in
-    ``update``, skips that step for the round with an error in the log and in
-    :attr:`FlowerRound.errors`; the server stops only for its own faults (a parameter, an
-    invalid selection, no client connected).
-
-    A client without a live node at the start of a round is unavailable for the whole
-    round: its ledger marks it failed from the start, so oracle questions about it answer
-    NaN without a message and cost nothing (a trial model is charged per message actually
-    sent). Fewer live clients than ``clients_per_round`` shrinks the round to the live count
-    with a :class:`FlowerRoundWarning`. The selector is not told which clients are live: a
-    selector that asks no question (random, round-robin, data-size, ...) can still choose a
-    disconnected client, which then simply fails, and the round aggregates fewer clients.
+    The server trusts its own configuration, not its clients (:doc:`/security`): a client that does not answer
+    in time, answers with an error, sends a reply that fails a check (layout, counts, finite and bounded
+    losses, size) or whose node is gone is left out of the round (NaN to the oracle, absent from the feedback,
+    :attr:`FlowerRound.rejected`); a selector's exception fed by the clients' answers skips that step for the
+    round (:attr:`FlowerRound.errors`). A client without a live node is unavailable for the round; fewer live
+    clients than ``clients_per_round`` shrinks it with a :class:`FlowerRoundWarning`.
+    :doc:`/flower` says what each step sends and costs.
 
     Parameters
     ----------
@@ -1019,6 +836,14 @@ class SelectorStrategy(Strategy):
         :class:`fedselect.compare.Comparison`, its tables and plots take like a simulated run's.
     client_nodes_ : dict of int to int
         Client id to Flower node id, as of the last round.
+    wire_ : fedselect.flower.wire.Wire
+        The node map, the hellos and the exchanges with their bytes and seconds (from the first round).
+    checks_ : fedselect.flower.checks.ReplyChecks
+        The screening of every reply and the opt-in rules' references (from the first round).
+    layout_ : ModelLayout
+        The model's arrays as the initial model gave them: names, shapes, dtypes, buffers.
+    global_arrays_ : ArrayRecord
+        This round's global model w^t as Flower passed it to ``configure_train``.
     """
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
@@ -1110,29 +935,9 @@ class SelectorStrategy(Strategy):
         validate_parameters(self, self._params(), self._parameter_constraints)
         self._check_binding_ids()
         self._inner = inner if inner is not None else FedAvg(fraction_evaluate=0.0, min_available_nodes=1)
-        self._node_of: dict[int, int] = {}
-        self._client_of: dict[int, int] = {}
-        self._n_samples: dict[int, int] = {}
-        # node -> (the client id it claimed, if that was the reason, and why): not asked again while it is alive
-        self._refused: dict[int, tuple[int | None, str]] = {}
-        self._hellos: dict[str, tuple[int, float]] = {}  # hello message id -> (node, when sent): awaiting a reply
-        self._hello_backoff: dict[int, tuple[int, int]] = {}  # node -> (failed hellos, tick it may be asked again)
-        self._hello_tick = 0  # node refreshes so far: the unit of the hello back-off
-        self._norm_history: list[float] = []  # accepted update norms of earlier rounds (update_norm_bound)
-        self._loss_history: dict[int, list[float]] = {}
-        # each client's latest loss on a global model and sample loss, after the rules (loss_outlier_factor)
-        self._latest_loss: dict[int, float] = {}
-        self._latest_sq: dict[int, float] = {}
-        self._rejected: dict[int, str] = {}  # this round's rejected replies: client -> reason
-        self._errors: list[str] = []  # this round's contained selector errors
-        self._wall = 0.0  # this round's measured seconds waiting on clients (wall_seconds)
-        self._reply_seconds: dict[int, float] = {}  # this round's training replies' measured seconds
-        self._train_arrivals: dict[int, float] = {}  # id(reply) -> seconds, from start()'s training exchange
-        self._train_wait: float | None = None  # start()'s train_timeout while its replies are aggregated
-        self._sq_history: dict[int, list[float]] = {}  # each client's earlier sample_loss_sq (loss_clip_history)
+        self._errors: list[str] = []  # this round's contained errors
         self.rounds_: list[FlowerRound] = []
         self._pending: dict[str, Any] | None = None
-        self._traffic: dict[str, Traffic] = {}
 
     # -- Flower's Strategy ----------------------------------------------------------
     def summary(self) -> None:
@@ -1151,23 +956,20 @@ class SelectorStrategy(Strategy):
         start = time.perf_counter()
         t = int(server_round) - 1
         self._pending = None  # a round opened earlier and never aggregated is dropped, even if this call raises
-        self._traffic = {}
-        self._rejected = {}
         self._errors = []
-        self._wall = 0.0
-        self._reply_seconds = {}
         if not hasattr(self, "selector_"):
             self._setup(grid, arrays)
         else:
-            self._refresh_nodes(grid)
+            self.wire_.begin_round()
+            self.wire_.refresh_nodes(grid)
         N = self.n_clients_
-        live = sorted(self._node_of)
-        unavailable = [k for k in range(N) if k not in self._node_of]
+        live = sorted(self.wire_.client_nodes())
+        unavailable = [k for k in range(N) if self.wire_.node_of(k) is None]
         led = RoundLedger(N, t, unavailable=unavailable)
-        self._global_record = arrays
-        theta = self._layout.flatten(arrays, "global model")
-        buffers = self._layout.buffers(arrays, "global model")
-        self._global_buffers = buffers
+        self.global_arrays_ = arrays
+        theta = self.layout_.flatten(arrays, "global model")
+        buffers = self.layout_.buffers(arrays, "global model")
+        self.checks_.begin_round(buffers)
         n = int(self.clients_per_round)
         if len(live) < n:
             if not live:
@@ -1192,7 +994,7 @@ class SelectorStrategy(Strategy):
             n_clients=N,
             contain=functools.partial(self._contain, state),
             apply=functools.partial(self._apply, int(server_round)),
-            **self._weight_rule(),
+            **self.weight_rule(),
         )
         state["round"] = opened  # None: the selector raised after clients answered (contained): nobody trains
         self._pending = state
@@ -1214,7 +1016,7 @@ class SelectorStrategy(Strategy):
         t, led = st["t"], st["ledger"]
         opened = st["round"]
         if opened is None:
-            self._count("train", replies, down=False)
+            self.wire_.count("train", replies, down=False)
             self._finish(FlowerRound(round=t, clients=[], failed=sorted(int(k) for k in led.failed)), led, st["start"])
             return None, None
         agg = opened.conclude(replies)
@@ -1237,16 +1039,16 @@ class SelectorStrategy(Strategy):
         if fb.losses is not None:  # asked only for a selector that needs "losses"
             values["fedselect-train-loss-before"] = float(np.average(fb.losses, weights=fb.n_samples))
         metrics = MetricRecord(values)
-        return self._layout.record(agg.theta, agg.buffers), metrics
+        return self.layout_.record(agg.theta, agg.buffers), metrics
 
     # -- the round's hooks (fedselect.round) ----------------------------------------------
-    def _weight_rule(self) -> dict[str, Any]:
+    def weight_rule(self) -> dict[str, Any]:
         """The keywords of :func:`fedselect.aggregation.aggregation_weights` for this server: its rule
         (FedAvg's, ``"data-size"``, when ``aggregation`` is None: the buffers and the record use it while
         ``inner`` combines the parameters), n_k from the hellos, ``partial_weights``."""
         return {
             "rule": self.aggregation or "data-size",
-            "n_samples": self._n_samples_array(),
+            "n_samples": self.wire_.n_samples_array(),
             "partial_weights": self.partial_weights,
         }
 
@@ -1267,13 +1069,14 @@ class SelectorStrategy(Strategy):
         for k, d, c in zip(reports.clients.tolist(), reports.updates, counts):
             content = RecordDict(
                 {  # the parameters only: buffers are averaged by the round, not by inner
-                    "arrays": self._layout.record(theta + d, parameters_only=True),
-                    "metrics": MetricRecord({P.NUM_EXAMPLES: int(self._n_samples[k] * c)}),
+                    "arrays": self.layout_.record(theta + d, parameters_only=True),
+                    "metrics": MetricRecord({P.NUM_EXAMPLES: int(self.wire_.n_samples[k] * c)}),
                 }
             )
-            fake.append(Message(content, self._node_of.get(k, 0), P.TRAIN, group_id=str(server_round)))
+            node = self.wire_.node_of(k)
+            fake.append(Message(content, 0 if node is None else node, P.TRAIN, group_id=str(server_round)))
         agg, _ = self._inner.aggregate_train(server_round, fake)
-        return None if agg is None else self._layout.flatten(agg, "aggregated model")
+        return None if agg is None else self.layout_.flatten(agg, "aggregated model")
 
     def _after_aggregate(self, t: int, agg: Aggregate) -> bool:
         """Whether round ``t`` stands (else it is dropped: model unchanged, the selector not taught): someone
@@ -1296,7 +1099,7 @@ class SelectorStrategy(Strategy):
                 "dropped (model unchanged; update_norm_bound bounds update magnitudes)"
             )
             log(ERROR, "fedselect: %s", note)
-            self._errors.append(note)
+            self.note_error(note)
         elif agg.theta is not None:
             return True
         return False
@@ -1312,18 +1115,22 @@ class SelectorStrategy(Strategy):
             if not answered:
                 return False
             note = (
-                f"round {t}: {name}.select raised {_why(exc)} after clients {answered[:20]} "
+                f"round {t}: {name}.select raised {P.why(exc)} after clients {answered[:20]} "
                 "answered its questions; the round is skipped (model unchanged)"
             )
         else:
             reported = agg.feedback.clients if agg is not None else np.zeros(0, dtype=np.int64)
             note = (
-                f"round {t}: {name}.update raised {_why(exc)} on the feedback of "
+                f"round {t}: {name}.update raised {P.why(exc)} on the feedback of "
                 f"clients {reported.tolist()[:20]}; the selector did not learn from this round"
             )
         log(ERROR, "fedselect: %s", note)
-        self._errors.append(note)
+        self.note_error(note)
         return True
+
+    def note_error(self, note: str) -> None:
+        """Keep ``note``, an error contained in this round (the caller logs it), in the round's ``errors``."""
+        self._errors.append(note)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -1376,31 +1183,29 @@ class SelectorStrategy(Strategy):
         for server_round in range(1, int(num_rounds) + 1):
             log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
             messages = list(self.configure_train(server_round, arrays, train_config, grid))
-            timed = self._send_and_receive(grid, messages, float(self.train_timeout)) if messages else []
-            self._train_arrivals = {id(m): s for m, s in timed}  # read by the round's transport (finish_training)
-            self._train_wait = float(self.train_timeout)  # what a client that sent nothing back was waited for
-            try:
+            timed = self.wire_.send_and_receive(grid, messages, float(self.train_timeout)) if messages else []
+            with self.wire_.waited_for_training(timed, float(self.train_timeout)):  # the round's transport reads it
                 new_arrays, metrics = self.aggregate_train(server_round, [m for m, _ in timed])
-            finally:
-                self._train_wait = None
             if new_arrays is not None:
                 arrays = result.arrays = new_arrays
             if metrics is not None:
                 result.train_metrics_clientapp[server_round] = metrics
             eval_messages = list(self.configure_evaluate(server_round, arrays, evaluate_config, grid))
             if eval_messages:
-                eval_replies = self._usable_evaluations(self._exchange(grid, eval_messages, timeout, "evaluate"))
+                eval_replies = self.checks_.usable_evaluations(
+                    self.wire_.exchange(grid, eval_messages, timeout, "evaluate")
+                )
                 try:
                     agg = self.aggregate_evaluate(server_round, eval_replies) if eval_replies else None
                 except Exception as exc:  # the inner strategy choked on what clients sent: no evaluation
-                    note = f"round {server_round - 1}: the federated evaluation failed ({_why(exc)}); skipped"
+                    note = f"round {server_round - 1}: the federated evaluation failed ({P.why(exc)}); skipped"
                     log(ERROR, "fedselect: %s", note)
                     if self.rounds_:
                         self.rounds_[-1].errors.append(note)
                     agg = None
                 if agg is not None:
                     result.evaluate_metrics_clientapp[server_round] = agg
-                self.rounds_[-1].traffic["evaluate"] = self._traffic.get("evaluate", Traffic())
+                self.rounds_[-1].traffic["evaluate"] = self.wire_.traffic.get("evaluate", Traffic())
             if evaluate_fn is not None:
                 res = evaluate_fn(server_round, arrays)
                 if res is not None:
@@ -1443,20 +1248,42 @@ class SelectorStrategy(Strategy):
 
     # -- nodes ------------------------------------------------------------------------
     def _setup(self, grid: Grid, arrays: ArrayRecord) -> None:
-        self._layout = P.ModelLayout(arrays, self.buffers)
+        """The first round's setup: the model's layout, the wire and the reply checks, the wait until all N clients
+        said hello (or ``connect_timeout``), and the selector fitted on their n_k."""
+        self.layout_ = P.ModelLayout(arrays, self.buffers)
+        limit = reply_limit(self.max_reply_bytes, self.layout_)
+        self.wire_ = wire = Wire(
+            n_clients=self.n_clients,
+            query_timeout=self.query_timeout,
+            max_num_examples=self.max_num_examples,
+            node_binding=self.node_binding,
+            reply_limit=limit,
+        )
+        self.checks_ = ReplyChecks(
+            self.layout_,
+            wire.client_of,
+            reply_limit=limit,
+            max_num_examples=self.max_num_examples,
+            max_abs_loss=self.max_abs_loss,
+            update_norm_bound=self.update_norm_bound,
+            update_norm_action=self.update_norm_action,
+            loss_clip_quantile=self.loss_clip_quantile,
+            loss_clip_history=self.loss_clip_history,
+            loss_outlier_factor=self.loss_outlier_factor,
+        )
         N = int(self.n_clients)
         started = time.monotonic()
         deadline = started + float(self.connect_timeout)
         next_note = started + 10.0
         while True:
-            self._refresh_nodes(grid, N)
-            if all(k in self._n_samples for k in range(N)):
+            wire.refresh_nodes(grid, connecting=True)
+            if all(k in wire.n_samples for k in range(N)):
                 break
             if time.monotonic() >= next_note:  # a wait of minutes must not look like a hang
                 log(
                     INFO,
                     "fedselect: waiting for the clients to connect: %d of %d so far (%.0f s of connect_timeout=%.0f s)",
-                    len(self._n_samples),
+                    len(wire.n_samples),
                     N,
                     time.monotonic() - started,
                     float(self.connect_timeout),
@@ -1465,17 +1292,17 @@ class SelectorStrategy(Strategy):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        lost = [k for k in range(N) if k not in self._n_samples]
+        lost = [k for k in range(N) if k not in wire.n_samples]
         if lost:
-            if not self._n_samples:
-                refused = "; ".join(f"node {n}: {why}" for n, (_, why) in list(self._refused.items())[:5])
+            if not wire.n_samples:
+                refused = "; ".join(f"node {n}: {why}" for n, why in wire.refusals()[:5])
                 raise RuntimeError(
                     f"SelectorStrategy: after connect_timeout={self.connect_timeout}s no client of N={N} has sent a "
                     f"usable hello{' (refused: ' + refused + ')' if refused else ''}; nothing to train"
                 )
             # The selector needs N sizes; a client that never said a usable hello gets the smallest n_k
             # reported (the least weight), and is unavailable until its node connects.
-            fill = min(self._n_samples.values())
+            fill = min(wire.n_samples.values())
             log(
                 WARNING,
                 "fedselect: after connect_timeout=%.0f s, client(s) %s of N=%d have not sent a usable "
@@ -1486,14 +1313,13 @@ class SelectorStrategy(Strategy):
                 N,
                 fill,
             )
-            for k in lost:
-                self._n_samples[k] = fill
+            wire.fill_sizes(lost, fill)
         self.n_clients_ = N
         sel = clone(self._resolved_selector())
         params = sel.get_params(deep=False)
         if "random_state" in params and params["random_state"] is None and self.random_state is not None:
             sel.set_params(random_state=int(np.random.SeedSequence(int(self.random_state)).generate_state(3)[1]))
-        sel.fit(ClientPool(np.array([self._n_samples[k] for k in range(N)], dtype=np.int64)))
+        sel.fit(ClientPool(wire.n_samples_array()))
         self.selector_ = sel
 
     def _check_binding_ids(self) -> None:
@@ -1518,168 +1344,18 @@ class SelectorStrategy(Strategy):
         sel._validate_params()
         return sel
 
-    def _refresh_nodes(self, grid: Grid, N: int | None = None) -> None:
-        """Forget nodes that left; ask new nodes their client id and n_k, binding each id to one node.
-
-        A client id belongs to the first node that claims it with a usable hello, for as long
-        as that node is listed; a claim by another node meanwhile is refused (logged once per
-        node, which is not asked again while the holder is alive). When the holder leaves,
-        the id is free again and the next node to claim it holds it (a rejoin, logged). n_k
-        comes from the first usable hello of the id and is never replaced.
-        """
-        N = int(self.n_clients) if N is None else N
-        nodes = set(int(n) for n in grid.get_node_ids())
-        freed = set()
-        for node in [n for n in self._client_of if n not in nodes]:
-            k = self._client_of.pop(node)
-            if self._node_of.get(k) == node:
-                del self._node_of[k]
-                freed.add(k)
-            log(
-                WARNING,
-                "fedselect: client %d's node %d has left; client %d is unavailable until it rejoins",
-                k,
-                node,
-                k,
-            )
-        for node, (claimed, _) in list(self._refused.items()):
-            # a node that left is forgotten; one refused for claiming a freed id may claim it now
-            if node not in nodes or claimed in freed:
-                del self._refused[node]
-        new = sorted(n for n in nodes if n not in self._client_of and n not in self._refused)
-        bound = None if self.node_binding is None else {int(n): int(k) for n, k in self.node_binding.items()}
-        if bound is not None:
-            for node in [n for n in new if n not in bound]:  # an identity the operator did not bind: no message
-                why = "is not in node_binding"
-                log(WARNING, "fedselect: node %d %s; refused (not asked while it is connected)", node, why)
-                self._refused[node] = (None, why)
-            new = [n for n in new if n in bound]
-        replies = self._hello_replies(grid, nodes, new)  # also collects hellos still awaited when new is empty
-        limit = self._reply_limit()
-        for node, msg in replies:
-            try:
-                if msg.has_error():  # a node whose app fails (not yet started?) is asked again after a back-off
-                    self._hello_failed(node, f"answered hello with an error: {_text(msg.error.reason)}")
-                    continue
-                if limit is not None and P.content_nbytes(msg.content) > limit:
-                    raise _BadReply(f"a hello above max_reply_bytes={limit}")
-                m = _reply_metrics(msg.content)
-                k = _metric_int(m, P.CLIENT_ID, maximum=N - 1)
-                n_k = _metric_int(m, P.NUM_EXAMPLES, minimum=1, maximum=int(self.max_num_examples))
-            except Exception as exc:  # not mapped to a client; not asked again while it stays connected
-                reason = _why(exc)
-                log(
-                    WARNING,
-                    "fedselect: node %s sent an unusable hello (%s); ignored while it stays connected",
-                    node if node is not None else _text(getattr(getattr(msg, "metadata", None), "src_node_id", "?")),
-                    reason,
-                )
-                if node is not None and node in new:
-                    self._refused[node] = (None, f"unusable hello: {reason}")
-                continue
-            if bound is not None and bound[node] != k:
-                why = f"claims client id {k}, but node_binding binds it to client id {bound[node]}"
-                log(WARNING, "fedselect: node %d %s; refused (not asked again while it is connected)", node, why)
-                self._refused[node] = (None, why)
-                continue
-            holder = self._node_of.get(k)
-            if holder is not None and holder != node:
-                why = f"claims client id {k}, which node {holder} holds"
-                log(
-                    WARNING,
-                    "fedselect: node %d %s; refused (not asked again while node %d is connected)",
-                    node,
-                    why,
-                    holder,
-                )
-                self._refused[node] = (k, why)
-                continue
-            if k in self._n_samples and hasattr(self, "selector_"):
-                log(INFO, "fedselect: client %d rejoined on node %d", k, node)
-                if self._n_samples[k] != n_k:
-                    log(
-                        WARNING,
-                        "fedselect: client %d now reports n_k=%d; kept %d (from its first hello)",
-                        k,
-                        n_k,
-                        self._n_samples[k],
-                    )
-            self._node_of[k] = node
-            self._client_of[node] = k
-            self._n_samples.setdefault(k, n_k)
-            self._hello_backoff.pop(node, None)
-
-    def _hello_replies(self, grid: Grid, nodes: set[int], new: Sequence[int]) -> list[tuple[int, Message]]:
-        """Send hellos to the nodes of ``new`` that may be asked now, and collect the hello replies that have
-        arrived, without waiting: (node, reply) pairs, the reply possibly an error (the SuperLink's own, for an
-        expired message, included).
-
-        A hello unanswered after ``query_timeout`` seconds counts as a failure (it keeps Flower's default
-        ``ttl``: a SuperNode that starts late may still answer it while it is awaited). A node
-        that failed is asked again after 1, 2, 4, ... node refreshes (one per round; the setup's polls of 0.2 s
-        too), at most ``_HELLO_BACKOFF_MAX`` apart, and never while its hello is awaited. So a hello is never
-        in a round's critical path: a node that has not answered yet is not a candidate until it does.
-        """
-        self._hello_tick += 1
-        for mid, (node, _) in list(self._hellos.items()):  # hellos to nodes that left are not awaited
-            if node not in nodes:
-                del self._hellos[mid]
-        for node in [n for n in self._hello_backoff if n not in nodes]:
-            del self._hello_backoff[node]
-        awaited = {node for node, _ in self._hellos.values()}
-        ask = [n for n in new if n not in awaited and self._hello_backoff.get(n, (0, 0))[1] <= self._hello_tick]
-        if ask:
-            messages = [Message(RecordDict({"config": ConfigRecord()}), n, P.HELLO, group_id="hello") for n in ask]
-            self._count("hello", messages, down=True)
-            sent = time.monotonic()
-            pushed = {str(i) for i in grid.push_messages(messages) if i}  # a grid lists only what it stored
-            for mid, node in _destinations(messages).items():  # push_messages wrote each message's id
-                if mid in pushed:
-                    self._hellos[mid] = (node, sent)
-                else:
-                    self._hello_failed(node, "its hello could not be pushed")
-        if not self._hellos:
-            return []
-        replies = list(grid.pull_messages(list(self._hellos)))
-        self._count("hello", replies, down=False)
-        out: list[tuple[int, Message]] = []
-        for msg in replies:
-            try:  # a reply's metadata is the client's: one that cannot be read is dropped
-                answers, src = str(msg.metadata.reply_to_message_id), int(msg.metadata.src_node_id)
-                node = self._hellos[answers][0] if answers in self._hellos else None
-                if node is None or (src != node and not (src == SUPERLINK_NODE_ID and msg.has_error())):
-                    log(WARNING, "fedselect: dropped a hello reply from node %s that answers no awaited hello", src)
-                    continue
-            except Exception as exc:
-                log(WARNING, "fedselect: dropped a hello reply whose metadata cannot be read (%s)", _why(exc))
-                continue
-            del self._hellos[answers]
-            out.append((node, msg))
-        now = time.monotonic()
-        for mid, (node, sent) in list(self._hellos.items()):
-            if now - sent >= float(self.query_timeout):
-                del self._hellos[mid]
-                self._hello_failed(node, f"did not answer hello within query_timeout={float(self.query_timeout):g}s")
-        return out
-
-    def _hello_failed(self, node: int, why: str) -> None:
-        """Back a node off after a failed hello: asked again 2**(f-1) refreshes later after f failures in a row,
-        at most ``_HELLO_BACKOFF_MAX``."""
-        failures = self._hello_backoff.get(node, (0, 0))[0] + 1
-        wait = min(2 ** min(failures - 1, 30), _HELLO_BACKOFF_MAX)
-        self._hello_backoff[node] = (failures, self._hello_tick + wait)
-        log(INFO, "fedselect: node %d %s; asked again in %d round(s)", node, why, wait)
-
     @property
     def client_nodes_(self) -> dict[int, int]:
-        return dict(self._node_of)
+        """Client id to Flower node id of the live clients (empty before the first round)."""
+        wire = getattr(self, "wire_", None)
+        return {} if wire is None else wire.client_nodes()
 
     @property
     def history_(self) -> History:
         """The run so far as a :class:`~fedselect.simulation.History`, for :class:`fedselect.compare.Comparison`,
         its tables and plots: one plain :class:`~fedselect.simulation.RoundRecord` per round (test accuracy
         and loss from ``start(evaluate_fn=...)``), ``model_size`` the D parameters."""
-        layout = getattr(self, "_layout", None)
+        layout = getattr(self, "layout_", None)
         sel = getattr(self, "selector_", None)
         config = {
             "strategy": {
@@ -1698,344 +1374,12 @@ class SelectorStrategy(Strategy):
             config=config,
         )
 
-    # -- helpers ----------------------------------------------------------------------
-    def _exchange(
-        self, grid: Grid, messages: list[Message], timeout: float, kind: str, times: dict[int, float] | None = None
-    ) -> list[Message]:
-        """Send ``messages`` and wait for the replies (counted as ``kind``'s traffic). The exchange's
-        seconds count toward the round's ``wall_seconds`` for the round's own kinds (oracle questions);
-        ``times``, if given, receives each reply's seconds by client (:meth:`_send_and_receive`)."""
-        if not messages:
-            return []
-        self._count(kind, messages, down=True)
-        sent = time.monotonic()
-        timed = self._send_and_receive(grid, messages, float(timeout))
-        if kind in _ROUND_KINDS:
-            self._wall += time.monotonic() - sent
-        replies = [m for m, _ in timed]
-        self._count(kind, replies, down=False)
-        if times is not None:
-            times.update(self._reply_times(messages, timed))
-        return replies
-
-    @staticmethod
-    def _send_and_receive(grid: Grid, messages: list[Message], timeout: float) -> list[tuple[Message, float]]:
-        """Send ``messages``; each reply received within ``timeout`` seconds, with the seconds from sending to
-        the server's first sight of it, by the server's own clock.
-
-        A grid with a ``timed_send_and_receive`` method (:class:`~fedselect.flower.LocalGrid`, the
-        server's own) times the replies itself. Any other grid is polled: ``push_messages``, then
-        ``pull_messages`` right away and after pauses of 5 % of the time elapsed (at least 10 ms,
-        at most 1 s), so a reply's seconds are late by at most that pause; Flower's own
-        ``send_and_receive`` pauses 3 s between pulls on a deployment. The replies' timestamps,
-        which their nodes set, are never read. On a polled grid the server also checks what a
-        SuperLink (and LocalGrid) checks: a reply counts only if it answers a message of this
-        exchange that has no reply yet and comes from the node that message went to, or is the
-        error reply the SuperLink itself sends for it (from ``SUPERLINK_NODE_ID``: the node is
-        offline, the message expired), which ends the wait for it as Flower's ``send_and_receive``
-        does. A second reply, or one from another node, is dropped with a warning; a message the
-        grid could not push (an empty or ``None`` id) is not waited for.
-        """
-        timed = getattr(grid, "timed_send_and_receive", None)
-        if callable(timed):
-            return [(m, float(s)) for m, s in timed(messages, timeout=timeout)]
-        start = time.monotonic()
-        pushed = [i for i in grid.push_messages(messages) if i]
-        dst = _destinations(messages)  # push_messages wrote each message's id into its metadata
-        pending = set(pushed)
-        deadline = start + timeout
-        out: list[tuple[Message, float]] = []
-        while pending:
-            replies = list(grid.pull_messages(list(pending)))
-            now = time.monotonic()
-            for msg in replies:
-                try:  # a reply's metadata is the client's: one that cannot be read is dropped
-                    answers, node = msg.metadata.reply_to_message_id, int(msg.metadata.src_node_id)
-                    expected = dst.get(str(answers), node)
-                    from_link = node == SUPERLINK_NODE_ID and msg.has_error()  # the SuperLink answers for the node
-                    if answers not in pending or (node != expected and not from_link):
-                        log(
-                            WARNING,
-                            "fedselect: dropped a reply from node %s that answers %s, not a message of this "
-                            "exchange to that node still waiting for its reply",
-                            node,
-                            _text(answers),
-                        )
-                        continue
-                except Exception as exc:
-                    log(WARNING, "fedselect: dropped a reply whose metadata cannot be read (%s)", _why(exc))
-                    continue
-                pending.discard(answers)
-                out.append((msg, now - start))
-            if not pending or now >= deadline:
-                break
-            time.sleep(max(0.0, min(max(_POLL_MIN, _POLL_FRACTION * (now - start)), _POLL_MAX, deadline - now)))
-        return out
-
-    def _reply_times(self, messages: Sequence[Message], timed: Iterable[tuple[Message, float]]) -> dict[int, float]:
-        """Each reply's seconds (as :meth:`_send_and_receive` measured them) by client id: replies of mapped
-        nodes that were sent a message, not errors. A node with two replies gets the later one's seconds."""
-        asked = {int(m.metadata.dst_node_id) for m in messages}
-        out: dict[int, float] = {}
-        for msg, seconds in timed:
-            try:  # a reply's metadata is the client's: anything odd in it only loses this measurement
-                node = int(msg.metadata.src_node_id)
-                k = self._client_of.get(node)
-                if k is None or node not in asked or msg.has_error():
-                    continue
-                out[k] = max(out.get(k, 0.0), float(seconds))
-            except Exception:
-                continue
-        return out
-
-    def _count(self, kind: str, messages: Iterable[Message], *, down: bool) -> None:
-        tr = self._traffic.setdefault(kind, Traffic())
-        limit = None if down or not hasattr(self, "_layout") else self._reply_limit()
-        for m in messages:
-            try:  # a reply above the limit is counted by its content, not serialised again
-                approx = None if limit is None or m.has_error() else P.content_nbytes(m.content)
-                size = approx if approx is not None and approx > limit else P.message_bytes(m)
-            except Exception:  # a reply that cannot even be sized counts 0 bytes
-                size = 0
-            if down:
-                tr.messages_down += 1
-                tr.bytes_down += size
-            else:
-                tr.messages_up += 1
-                tr.bytes_up += size
-
-    def _usable_evaluations(self, replies: list[Message]) -> list[Message]:
-        """The evaluate replies the inner strategy may aggregate: from mapped nodes, not errors, below the
-        size limit, with a ``metrics`` record of finite numbers whose ``num-examples`` is a count in
-        [0, ``max_num_examples``] (it weighs the inner strategy's average, as n_k weighs training), all with
-        the key set most of them have (Flower's FedAvg refuses the whole round over one odd reply)."""
-        usable = self._valid_replies(replies)
-        good: list[tuple[Message, frozenset[str]]] = []
-        for msg in replies:
-            k = self._client_of.get(int(msg.metadata.src_node_id)) if not msg.has_error() else None
-            if k is None or k not in usable:
-                continue
-            try:
-                metrics = _reply_metrics(msg.content)
-                for key, value in metrics.items():
-                    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-                        raise _BadReply(f"{key!r}={value!r} is not a finite number")
-                # bounded like a hello's n_k: one client's claimed count weighs the inner strategy's average
-                _metric_int(metrics, P.NUM_EXAMPLES, maximum=int(self.max_num_examples))
-                good.append((msg, frozenset(metrics.keys())))
-            except Exception as exc:
-                log(WARNING, "fedselect: client %d sent an unusable evaluate reply (%s); left out", k, _why(exc))
-        if not good:
-            return []
-        keys = max({ks for _, ks in good}, key=lambda ks: (sum(g == ks for _, g in good), sorted(ks)))
-        for msg, ks in good:
-            if ks != keys:
-                log(
-                    WARNING,
-                    "fedselect: client %d's evaluate reply has metrics %s, the others %s; left out",
-                    self._client_of[int(msg.metadata.src_node_id)],
-                    sorted(ks)[:10],
-                    sorted(keys)[:10],
-                )
-        return [msg for msg, ks in good if ks == keys]
-
-    def _reply_limit(self) -> int | None:
-        """The most array bytes one reply may carry (``max_reply_bytes``), None for no limit."""
-        if self.max_reply_bytes is None:
-            return None
-        if self.max_reply_bytes == "auto":
-            return 4 * self._layout.nbytes + (1 << 20)
-        return int(self.max_reply_bytes)
-
-    def _valid_replies(self, replies: Iterable[Message]) -> dict[int, RecordDict]:
-        """The replies of mapped nodes by client id; error replies, oversized ones and ones naming another
-        client are left out (their client then fails)."""
-        out: dict[int, RecordDict] = {}
-        limit = self._reply_limit()
-        for msg in replies:
-            k = None
-            try:
-                k = self._client_of.get(int(msg.metadata.src_node_id))
-                if k is None:
-                    continue
-                if msg.has_error():
-                    log(INFO, "fedselect: client %d answered with an error: %s", k, _text(msg.error.reason))
-                    continue
-                content = msg.content
-                if limit is not None:
-                    size = P.content_nbytes(content)
-                    if size > limit:
-                        raise _BadReply(f"about {size} bytes, above max_reply_bytes={limit}")
-                metrics = content.metric_records.get("metrics")
-                if metrics is not None and P.CLIENT_ID in metrics and metrics[P.CLIENT_ID] != k:
-                    raise _BadReply(
-                        f"the reply names client {metrics[P.CLIENT_ID]!r}, but node "
-                        f"{msg.metadata.src_node_id} holds client {k}"
-                    )
-            except Exception as exc:
-                if k is not None:
-                    reason = _why(exc)
-                    log(WARNING, "fedselect: client %d sent an unusable reply (%s); left out of the round", k, reason)
-                    self._rejected.setdefault(int(k), f"reply: {reason}")
-                continue
-            out[k] = content
-        return out
-
-    def _parse_update(
-        self, content: RecordDict, k: int | None = None
-    ) -> tuple[np.ndarray, int, int, dict[str, np.ndarray]]:
-        """(delta, local steps, sample gradients, buffer differences) of an update reply; BadReply if unusable.
-
-        The arrays' names are checked before any is decoded, each array's header before its
-        bytes (:func:`fedselect.flower._protocol.decode_array`).
-        """
-        record = content.array_records.get("update")
-        if record is None:
-            raise _BadReply("the reply has no 'update' arrays")
-        self._layout.check_names(record, "update")
-        delta = self._layout.flatten(record, "update")
-        if not np.all(np.isfinite(delta)):
-            raise _BadReply("the update holds NaN or inf")
-        sq = float(np.dot(delta.astype(np.float64), delta.astype(np.float64)))
-        if not sq <= _MAX_SQ_NORM:
-            raise _BadReply(f"the update's norm {np.sqrt(sq):.3g} is beyond what float32 can aggregate")
-        buffer_deltas = self._layout.buffer_deltas(record)
-        for name, d in buffer_deltas.items():
-            if d.dtype == np.bool_ or not np.issubdtype(d.dtype, np.floating):
-                continue
-            if not np.all(np.isfinite(d)):
-                raise _BadReply(f"buffer {name!r}'s update holds NaN or inf")
-            b = np.asarray(self._global_buffers[name], dtype=np.float64)
-            if np.any(np.abs(d) > _BUFFER_STEP * np.maximum(1.0, np.abs(b))):
-                raise _BadReply(f"buffer {name!r}'s update moves it by more than {_BUFFER_STEP:g} x max(1, |b^t|)")
-            if name.endswith("running_var") and np.any(b + d < 0):
-                raise _BadReply(f"buffer {name!r}'s update makes a variance negative")
-        m = _reply_metrics(content)
-        steps = _metric_int(m, P.STEPS, default=0)
-        return delta, steps, _metric_int(m, P.SAMPLE_GRADIENTS, default=0), buffer_deltas
-
-    def _bound_norms(
-        self, ids: np.ndarray, stacked: np.ndarray, led: RoundLedger, model: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``update_norm_bound`` applied to the updates ``stacked`` of clients ``ids`` aggregated together.
-
-        The bound is c times a reference the round's own clients do not control: the median of the
-        norms accepted unclipped in earlier rounds (at most 50), once three are known. Before that
-        (the warm-up), the median of these updates' norms with the earlier ones, and at most c times the
-        norm of ``model`` (w^t) when it is not zero: in the first round, colluders who are most of the
-        round pass at most that. Returns the updates (rows clipped to the bound under ``"clip"``), a mask
-        of the rows kept (under ``"reject"`` the others' clients are marked failed for the round, with a
-        warning) and a mask of the rows within the bound (only those may enter the reference). Does
-        nothing when the bound is off.
-        """
-        keep = np.ones(len(ids), dtype=bool)
-        if self.update_norm_bound is None:
-            return stacked, keep, keep.copy()
-        c = float(self.update_norm_bound)
-        norms = np.linalg.norm(stacked.astype(np.float64), axis=1)
-        earlier = np.asarray(self._norm_history, dtype=np.float64)
-        if earlier.size >= 3:
-            median = float(np.median(earlier))
-        else:
-            reference = np.concatenate([norms, earlier])
-            median = float(np.median(reference)) if reference.size >= 3 else np.inf
-            scale = float(np.linalg.norm(np.asarray(model, dtype=np.float64)))
-            if scale > 0:
-                median = min(median, scale)
-        bound = c * median
-        within = norms <= bound
-        over = np.flatnonzero(~within)
-        if not over.size:
-            return stacked, keep, within
-        if self.update_norm_action == "clip":
-            stacked = stacked.copy()
-            for i in over.tolist():
-                stacked[i] = (stacked[i].astype(np.float64) * (bound / norms[i])).astype(np.float32)
-                log(
-                    WARNING,
-                    "fedselect: round %d: client %d's update norm %.3g clipped to %.3g (%g x the reference)",
-                    led.round,
-                    int(ids[i]),
-                    norms[i],
-                    bound,
-                    float(self.update_norm_bound),
-                )
-            return stacked, keep, within
-        for i in over.tolist():
-            exc = _BadReply(f"update norm {norms[i]:.3g} above {c:g} x the reference {median:.3g}")
-            _reject(led, int(ids[i]), "update", exc, self._rejected)
-            keep[i] = False
-        return stacked, keep, within
-
-    def _fence(self, ids: Sequence[int], values: Sequence[float], latest: dict[int, float] | None, scale: float) -> Any:
-        """``loss_outlier_factor`` (times ``scale``) applied to one batch; ``latest`` (None: the batch alone) holds
-        each client's latest answer of earlier batches, which joins the reference of the clients not in this one."""
-        vals = np.asarray(values, dtype=np.float64)
-        if self.loss_outlier_factor is None or not vals.size:
-            return vals
-        inside = {int(k) for k in ids}
-        context = [v for k, v in (latest or {}).items() if k not in inside]
-        return loo_median_fence(vals, float(self.loss_outlier_factor) * scale, context)
-
-    def _clip_losses(self, ids: Sequence[int], values: Sequence[float], *, on_global: bool) -> list[float]:
-        """The opt-in loss rules (``loss_outlier_factor``, ``loss_clip_quantile``, ``loss_clip_history``) applied
-        to one batch of answers; the later rules see the fenced values as the answers."""
-        values = self._fence(ids, values, self._latest_loss if on_global else None, 1.0)
-        vals = np.asarray(values, dtype=np.float64)
-        if vals.size and self.loss_clip_quantile is not None:
-            vals = np.minimum(vals, np.quantile(vals, float(self.loss_clip_quantile)))
-        if not on_global:
-            return vals.tolist()
-        raw = np.asarray(values, dtype=np.float64)
-        for i, k in enumerate(ids):
-            past = self._loss_history.setdefault(int(k), [])
-            if past and self.loss_clip_history is not None:
-                f, m = float(self.loss_clip_history), float(np.median(past))
-                low, high = (m / f, m * f) if m >= 0 else (m * f, m / f)
-                if not low <= raw[i] <= high:  # clipped: kept out of the history, a lie cannot move its bounds
-                    vals[i] = min(max(vals[i], low), high)
-                    continue
-            past.append(float(raw[i]))  # the answer as given (before the quantile rule)
-            del past[:-20]
-        if self.loss_outlier_factor is not None:
-            self._latest_loss.update(zip((int(k) for k in ids), vals.tolist()))
-        return vals.tolist()
-
-    def _clip_sample_losses(self, ids: Sequence[int], values: Sequence[float]) -> list[float]:
-        """The opt-in loss rules applied to the round's reporters' ``sample_loss_sq`` (Oort's utility is their
-        square root): ``loss_clip_quantile`` clips the batch from above to its ``q``-quantile, and
-        ``loss_clip_history=f`` each value into [m / f**2, m f**2] around the median m of the client's own
-        earlier values that needed no clipping (the last 20): the loss rule on the square's scale. Before them,
-        ``loss_outlier_factor=c`` fences each value at c**2 times the others' median (:func:`loo_median_fence`)."""
-        factor = float(self.loss_outlier_factor or 1.0)
-        values = self._fence(ids, values, self._latest_sq, factor)
-        vals = np.asarray(values, dtype=np.float64)
-        if vals.size and self.loss_clip_quantile is not None:
-            vals = np.minimum(vals, np.quantile(vals, float(self.loss_clip_quantile)))
-        raw = np.asarray(values, dtype=np.float64)
-        for i, k in enumerate(ids):
-            past = self._sq_history.setdefault(int(k), [])
-            if past and self.loss_clip_history is not None:
-                f, m = float(self.loss_clip_history) ** 2, float(np.median(past))
-                if not m / f <= raw[i] <= m * f:  # a mean of squares is >= 0, so m >= 0
-                    vals[i] = min(max(vals[i], m / f), m * f)
-                    continue
-            past.append(float(raw[i]))
-            del past[:-20]
-        if self.loss_outlier_factor is not None:
-            self._latest_sq.update(zip((int(k) for k in ids), vals.tolist()))
-        return vals.tolist()
-
-    def _n_samples_array(self) -> np.ndarray:
-        """n_k of clients 0..N-1 (from their first usable hello)."""
-        return np.array([self._n_samples[k] for k in range(int(self.n_clients_))], dtype=np.int64)
-
     def _finish(self, record: FlowerRound, led: RoundLedger, start: float) -> None:
         record.costs = copy.copy(led.costs)
-        record.traffic = dict(self._traffic)
+        record.traffic = dict(self.wire_.traffic)
         record.seconds = time.perf_counter() - start
-        record.wall_seconds = float(self._wall)
-        record.reply_seconds = dict(self._reply_seconds)
-        record.rejected = dict(self._rejected)
+        record.wall_seconds = float(self.wire_.wall)
+        record.reply_seconds = dict(self.wire_.reply_seconds)
+        record.rejected = dict(self.checks_.rejected)
         record.errors = list(self._errors)
         self.rounds_.append(record)

@@ -256,7 +256,7 @@ def test_a_second_claim_on_a_client_id_is_refused_never_swapped(fed, clients, li
     refused = real if liar_first else liar_id
     assert any(f"node {refused} claims client id 4" in line for line in flwr_log)
     expected_n = 10**9 if liar_first else int(fed.n_samples[4])  # without authentication the first claim wins
-    assert strategy._n_samples[4] == expected_n
+    assert strategy.wire_.n_samples[4] == expected_n
 
 
 def test_the_operator_bounds_n_k(fed, clients):
@@ -268,7 +268,7 @@ def test_the_operator_bounds_n_k(fed, clients):
                       if m.metadata.message_type == P.HELLO else None)
         strategy, _, result, _ = run(clients, app, "data-size", rounds=4, clients_per_round=5,
                                      max_num_examples=100_000)
-        assert strategy._n_samples[0] == min(int(v) for v in fed.n_samples[1:])
+        assert strategy.wire_.n_samples[0] == min(int(v) for v in fed.n_samples[1:])
         assert 0 not in strategy.client_nodes_
         for rec in strategy.rounds_:
             assert 0 not in rec.reported and max(rec.weights) < 0.5
@@ -434,7 +434,7 @@ def test_a_rejoin_keeps_the_first_n_k(fed, clients):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowerRoundWarning)
         strategy.start(grid, clients.initial_arrays(), num_rounds=3, evaluate_fn=evaluate_fn)
-    assert strategy.client_nodes_[2] != node and strategy._n_samples[2] == int(fed.n_samples[2])
+    assert strategy.client_nodes_[2] != node and strategy.wire_.n_samples[2] == int(fed.n_samples[2])
 
 
 def test_a_loss_beyond_max_abs_loss_fails_its_client(clients):

@@ -65,7 +65,7 @@ def test_content_nbytes_counts_every_value():
 def test_one_evaluation_count_cannot_dominate_the_federated_loss(clients):
     """One client reporting ``num-examples`` 2**53 - 1 and loss 0 made the aggregated federated loss about 1e-13
     (the honest ones: above 0.1). Now an evaluation count above ``max_num_examples`` leaves its reply out
-    (mutation: drop the bound in ``_usable_evaluations``)."""
+    (mutation: drop the bound in ``ReplyChecks.usable_evaluations``)."""
 
     def liar(message, reply):
         if message.metadata.message_type != P.EVALUATE:

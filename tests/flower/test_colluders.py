@@ -102,8 +102,8 @@ def test_colluders_who_are_most_of_the_first_round_do_not_pass_any_norm(clients,
         clients, app, Fixed(), rounds=6, clients_per_round=5, update_norm_bound=3.0, update_norm_action=action
     )
     assert accuracy(result, 6) > 0.4
-    honest_median = np.median(honest_st._norm_history)
-    assert np.median(strategy._norm_history) < 2 * honest_median  # no ratchet
+    honest_median = np.median(honest_st.checks_.norm_history)
+    assert np.median(strategy.checks_.norm_history) < 2 * honest_median  # no ratchet
     if action == "reject":
         assert all(set(rec.rejected) == bad for rec in strategy.rounds_)
 

@@ -82,7 +82,7 @@ def test_a_stranger_claiming_a_held_id_first_is_refused_by_the_binding(fed, clie
 
     strategy, nodes = run(clients, grid, node_binding=binding)
     assert all(round_nodes[4] == real for round_nodes in nodes[1:])
-    assert strategy._n_samples[4] == int(fed.n_samples[4])
+    assert strategy.wire_.n_samples[4] == int(fed.n_samples[4])
     assert not [m for m in grid.sent if m.metadata.dst_node_id == stranger]  # not even a hello
     assert any(f"node {stranger} is not in node_binding" in line for line in flwr_log)
 
@@ -90,7 +90,7 @@ def test_a_stranger_claiming_a_held_id_first_is_refused_by_the_binding(fed, clie
     grid = LocalGrid(app, N, seed=5)
     grid.add_node({"partition-id": 4, "num-partitions": N}, claiming(app, 4, 10**6), node_id=stranger)
     strategy, nodes = run(clients, grid, rounds=1)
-    assert nodes[1][4] == stranger and strategy._n_samples[4] == 10**6
+    assert nodes[1][4] == stranger and strategy.wire_.n_samples[4] == 10**6
 
 
 def test_a_bound_node_claiming_another_nodes_id_is_refused(fed, clients, flwr_log):
@@ -106,7 +106,7 @@ def test_a_bound_node_claiming_another_nodes_id_is_refused(fed, clients, flwr_lo
         grid.apps[liar] = claiming(app, 4, 10**6)
         strategy, nodes = run(clients, grid, node_binding=binding_of(grid))
         assert all(round_nodes.get(4) == real and 2 not in round_nodes for round_nodes in nodes[1:])
-        assert strategy._n_samples[4] == int(fed.n_samples[4])
+        assert strategy.wire_.n_samples[4] == int(fed.n_samples[4])
         assert any(
             f"node {liar} claims client id 4, but node_binding binds it to client id 2" in line for line in flwr_log
         )
@@ -173,4 +173,4 @@ def test_a_strategy_reads_its_binding_from_a_file(tmp_path, clients):
     path.write_text(json.dumps({str(n): k for n, k in binding_of(grid).items()}))
     strategy, nodes = run(clients, grid, rounds=1, node_binding=read_node_binding(path))
     assert nodes[1] == {k: grid.node_of_partition(k) for k in range(N)}
-    assert np.array_equal(strategy._n_samples_array() > 0, np.ones(N, dtype=bool))
+    assert np.array_equal(strategy.wire_.n_samples_array() > 0, np.ones(N, dtype=bool))
