@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedselect.cli import main
-from fedselect.simulation.trainer import _Fit
+from fedselect.simulation import loop
 
 from .data.test_datasets import write_idx, write_idx_dataset
 
@@ -181,7 +181,7 @@ def test_invalid_input_is_one_line_and_status_2(args, expected, before_training,
         def no_training(*a, **k):
             raise AssertionError("a round was trained before the input was checked")
 
-        monkeypatch.setattr(_Fit, "_open", no_training)
+        monkeypatch.setattr(loop, "_open", no_training)
     argv = _fill(args, data)
     if argv[0] != "reproduce":
         argv = _merge(argv)
@@ -226,7 +226,7 @@ def test_an_internal_bug_keeps_its_traceback(monkeypatch):
     def bug(*a, **k):
         raise AttributeError("internal")
 
-    monkeypatch.setattr(_Fit, "_open", bug)
+    monkeypatch.setattr(loop, "_open", bug)
     with pytest.raises(AttributeError, match="internal"):
         main(["run", *SMALL])
 
@@ -235,7 +235,7 @@ def test_a_diverged_run_is_one_line(monkeypatch, capsys):
     def diverge(*a, **k):
         raise FloatingPointError("round 0: the global model is not finite")
 
-    monkeypatch.setattr(_Fit, "_open", diverge)
+    monkeypatch.setattr(loop, "_open", diverge)
     assert main(["run", *SMALL]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "fedselect: error: DivergenceError: round 0: the global model is not finite"

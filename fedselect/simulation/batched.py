@@ -9,13 +9,13 @@ S x C chosen clients each round, S passes over the test set. :func:`fit_runs` ad
 :meth:`Engine.train_runs <fedselect.simulation.engine.Engine.train_runs>` and
 :meth:`Engine.test_runs <fedselect.simulation.engine.Engine.test_runs>`.
 
-It runs ``fit``'s phases for S runs. A fit is a sequence of plain phases (the round's phases
-of :mod:`fedselect.round`), its state kept between them on one object; a phase ends with
-what the run needs computed next, its round's main training (a
+It drives S fits at once. A fit is one loop (:func:`fedselect.simulation.loop.run_fit`, a
+generator, its state one :class:`~fedselect.simulation.loop.RunState`) that yields what it needs
+computed next: its round's main training (a
 :class:`~fedselect.simulation.trainer.TrainingRequest`) or its test evaluation (a
 :class:`~fedselect.simulation.trainer.TestRequest`). ``fit`` computes each request by itself;
 :func:`fit_runs` runs every run up to its next request, answers the runs waiting on a training
-together (then, when none is, those waiting on a test), hands each run its result and goes on.
+together (then, when none is, those waiting on a test), sends each run its result and goes on.
 A run whose round needs no training or no test goes on without waiting.
 
 Everything else stays per run, as in ``trainer.fit(federation)``: each run has its own

@@ -24,17 +24,17 @@ from typing import Any
 import numpy as np
 
 import fedselect
-from fedselect.simulation.trainer import FederatedTrainer
+from fedselect.simulation.setup import RunSetup
 
 STREAM_TAG = 1000  # added to the trainer's tag (0 main, 1 trial, 2 other): seeds no eager run draws
 
 
-def _other_dropout_seed(self: FederatedTrainer, round: int, purpose: str) -> int:
+def _other_dropout_seed(self: RunSetup, round: int, purpose: str) -> int:
     tag = {"main": 0, "trial": 1}.get(purpose, 2) + STREAM_TAG
-    return int(np.random.SeedSequence([int(self._seeds[0]), round, tag]).generate_state(1)[0])
+    return int(np.random.SeedSequence([int(self.seeds[0]), round, tag]).generate_state(1)[0])
 
 
-FederatedTrainer._dropout_seed = _other_dropout_seed  # type: ignore[method-assign]
+RunSetup.dropout_seed = _other_dropout_seed  # type: ignore[method-assign]
 
 
 @fedselect.hookimpl
