@@ -27,7 +27,7 @@ import torch
 
 from .chain import global_dropout_masks
 
-__all__ = ["LocalPath", "Workspace"]
+__all__ = ["LocalPath", "LocalRound", "Workspace"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,42 @@ class Workspace:
         return t.to(self.acc, torch.float64)
 
 
+@dataclass(frozen=True)
+class LocalRound:
+    """One training call's local SGD of N clients, laid out for a path (:meth:`LocalPath.sgd`).
+
+    Attributes
+    ----------
+    start : Tensor, shape (N, D)
+        Each client's starting parameters (its run's global model), on the device.
+    idx, mask : ndarray, shape (S, N, B)
+        Each client's minibatch indices at each step and 1 for a real sample, 0 for padding.
+    lr_rows : Tensor, shape (N, 1)
+        Each client's float32 step size.
+    masks : callable
+        ``masks(step, layer, p, width)``: the ``(N, B, width)`` dropout mask of a chain's layer, drawn from each
+        run's generator (:meth:`LocalPath.draw_masks`); a vmapped model draws inside its forward instead.
+    bufs : dict of str to Tensor
+        Each client's buffers, stacked ``(N, ...)``, updated in place (empty for a stateless model).
+    weight_decay, prox_mu, momentum, nesterov : float, float, float, bool
+        The update rule of :meth:`Engine.train <fedselect.simulation.engine.Engine.train>`.
+    sq : Tensor, shape (N,), optional
+        Receives each client's sum of squared per-sample losses over its steps.
+    """
+
+    start: torch.Tensor
+    idx: np.ndarray
+    mask: np.ndarray
+    lr_rows: torch.Tensor
+    masks: Callable[[int, int, float, int], torch.Tensor]
+    bufs: dict[str, torch.Tensor]
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0
+    momentum: float = 0.0
+    nesterov: bool = False
+    sq: torch.Tensor | None = None
+
+
 class LocalPath:
     """One way to compute N clients' local SGD: the interface the engine calls.
 
@@ -81,43 +117,6 @@ class LocalPath:
         """What two engines' paths must share to train in one batched call."""
         return (self.name,)
 
-    def sgd(
-        self,
-        start: torch.Tensor,
-        idx: np.ndarray,
-        mask: np.ndarray,
-        lr_rows: torch.Tensor,
-        masks: Callable[[int, int, float, int], torch.Tensor],
-        bufs: dict[str, torch.Tensor],
-        *,
-        weight_decay: float,
-        prox_mu: float,
-        momentum: float,
-        nesterov: bool,
-        sq: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Local SGD of N clients from ``start`` (N, D); their parameters afterwards.
-
-        Parameters
-        ----------
-        start : Tensor, shape (N, D)
-            Each client's starting parameters (its run's global model), on the device.
-        idx, mask : ndarray, shape (S, N, B)
-            Each client's minibatch indices at each step and 1 for a real sample, 0 for padding.
-        lr_rows : Tensor, shape (N, 1)
-            Each client's float32 step size.
-        masks : callable
-            ``masks(step, layer, p, width)``: the ``(N, B, width)`` dropout mask of a chain's layer, drawn from
-            each run's generator (:meth:`draw_masks`); a vmapped model draws inside its forward instead.
-        bufs : dict of str to Tensor
-            Each client's buffers, stacked ``(N, ...)``, updated in place (empty for a stateless model).
-        weight_decay, prox_mu, momentum, nesterov
-            The update rule of :meth:`Engine.train <fedselect.simulation.engine.Engine.train>`.
-        sq : Tensor, shape (N,), optional
-            Receives each client's sum of squared per-sample losses over its steps.
-
-        Returns
-        -------
-        Tensor, shape (N, D)
-        """
+    def sgd(self, rnd: LocalRound) -> torch.Tensor:
+        """Local SGD of the round's N clients from ``rnd.start`` (N, D); their parameters afterwards (N, D)."""
         raise NotImplementedError

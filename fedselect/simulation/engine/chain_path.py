@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import LocalPath, Workspace
+from .base import LocalPath, LocalRound, Workspace
 from .chain import LinearChain, Noise, chain_backward
 
-__all__ = ["ChainPath", "ChainSchedule", "ChainUpdate"]
+__all__ = ["ChainPath", "ChainRun", "ChainSchedule", "ChainUpdate"]
 
 
 @dataclass(frozen=True)
@@ -68,14 +68,12 @@ class ChainUpdate:
     into buffers kept across steps (fresh tensors of this size would cost page faults every step).
     """
 
-    def __init__(
-        self, params: Sequence[torch.Tensor], *, weight_decay: float, prox_mu: float, momentum: float, nesterov: bool
-    ) -> None:
-        self.weight_decay = weight_decay
-        self.prox_mu = prox_mu
-        self.momentum = momentum
-        self.nesterov = nesterov
-        self.anchor = [p.clone() for p in params] if prox_mu else None
+    def __init__(self, params: Sequence[torch.Tensor], rnd: LocalRound) -> None:
+        self.weight_decay = rnd.weight_decay
+        self.prox_mu = rnd.prox_mu
+        self.momentum = rnd.momentum
+        self.nesterov = rnd.nesterov
+        self.anchor = [p.clone() for p in params] if rnd.prox_mu else None
         self.tmp = [torch.empty_like(p) for p in params]
         self.velocity: list[torch.Tensor | None] = [None] * len(params)
 
@@ -107,6 +105,20 @@ class ChainUpdate:
                 else:
                     g = v[:k]
             cur.sub_(torch.mul(g, factor, out=t))
+
+
+@dataclass(frozen=True)
+class ChainRun:
+    """One :meth:`ChainPath.sgd` call's state: the parameters in the chain's order (``(N, out, in)`` and
+    ``(N, 1, out)``, updated in place, in the schedule's order), the schedule, the update rule, the dropout masks'
+    source, the buffer a step gathers its minibatch into, and whether per-sample losses are wanted."""
+
+    params: list[torch.Tensor]
+    sched: ChainSchedule
+    update: ChainUpdate
+    masks: Callable[[int, int, float, int], torch.Tensor]
+    scratch: torch.Tensor
+    want_losses: bool
 
 
 class ChainPath(LocalPath):
@@ -152,46 +164,37 @@ class ChainPath(LocalPath):
             denom=mask_t.sum(2).clamp_min(1.0),
         )
 
-    def sgd(
-        self,
-        start: torch.Tensor,
-        idx: np.ndarray,
-        mask: np.ndarray,
-        lr_rows: torch.Tensor,
-        masks: Callable[[int, int, float, int], torch.Tensor],
-        bufs: dict[str, torch.Tensor],
-        *,
-        weight_decay: float,
-        prox_mu: float,
-        momentum: float,
-        nesterov: bool,
-        sq: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Local SGD of N clients of the chain (:meth:`LocalPath.sgd <.base.LocalPath.sgd>`); a chain has no
-        buffers (``bufs`` is empty)."""
-        N, work = start.shape[0], self.work
-        sched = self.schedule(idx, mask)
-        split = self.chain.split(start if sched.identity else start[sched.order_t])
+    def sgd(self, rnd: LocalRound) -> torch.Tensor:
+        """Local SGD of the round's N clients of the chain; a chain has no buffers (``rnd.bufs`` is empty)."""
+        N, work, sq = rnd.start.shape[0], self.work, rnd.sq
+        sched = self.schedule(rnd.idx, rnd.mask)
+        split = self.chain.split(rnd.start if sched.identity else rnd.start[sched.order_t])
         # Each parameter as its own (N, out, in) or (N, 1, out) tensor: its gradient then arrives as the batched
         # product computes it, where a flat (N, D) leaf would cost two copies of it per step.
         params = [split[n].clone() for n in self.chain.params]
-        update = ChainUpdate(params, weight_decay=weight_decay, prox_mu=prox_mu, momentum=momentum, nesterov=nesterov)
-        lr_o = lr_rows.to(work.device)[sched.order_t].unsqueeze(2)  # (N, 1, 1)
+        lr_o = rnd.lr_rows.to(work.device)[sched.order_t].unsqueeze(2)  # (N, 1, 1)
         sq_o = None if sq is None else torch.zeros(N, dtype=torch.float64, device=work.acc)  # in sorted order
         mask_acc = None if sq is None else sched.mask_t.to(work.acc)
-        scratch = work.X.new_empty((N * idx.shape[2], *work.X.shape[1:]))
-        for step in range(idx.shape[0]):
+        run = ChainRun(
+            params,
+            sched,
+            ChainUpdate(params, rnd),
+            rnd.masks,
+            scratch=work.X.new_empty((N * rnd.idx.shape[2], *work.X.shape[1:])),
+            want_losses=sq_o is not None,
+        )
+        for step in range(rnd.idx.shape[0]):
             k = sched.active_rows(step)
             if k == 0:
                 continue
             k = self.rows(k, N)
             factor = lr_o[:k] * sched.active[step, :k, None, None]  # float32(lr) for the clients still training
-            grads, losses = self.step(params, sched, step, k, masks, factor, update, scratch, sq_o is not None)
+            grads, losses = self.step(run, step, k, factor)
             if sq_o is not None:
                 assert mask_acc is not None and losses is not None
                 sq_o[:k] += (work.f64(losses).square() * mask_acc[step, :k]).sum(1)
             if grads is not None:
-                update.apply(params, grads, k, factor)
+                run.update.apply(params, grads, k, factor)
         by_name = dict(zip(self.chain.params, params))
         final = torch.cat([by_name[n].reshape(N, -1) for n in self.chain.names], dim=1)
         if sq is not None and sq_o is not None:
@@ -207,19 +210,11 @@ class ChainPath(LocalPath):
         return k
 
     def step(
-        self,
-        params: list[torch.Tensor],
-        sched: ChainSchedule,
-        step: int,
-        k: int,
-        masks: Callable[[int, int, float, int], torch.Tensor],
-        factor: torch.Tensor,
-        update: ChainUpdate,
-        scratch: torch.Tensor,
-        want_losses: bool,
+        self, run: ChainRun, step: int, k: int, factor: torch.Tensor
     ) -> tuple[list[torch.Tensor] | None, torch.Tensor | None]:
-        """One step of the first k rows: their gradients (None when the step has applied its update itself) and
-        their per-sample losses when wanted. ``scratch`` holds the step's gathered minibatch."""
+        """One step of the first k rows (``factor``: their step sizes, 0 once finished): their gradients (None when
+        the step has applied its update itself) and their per-sample losses when wanted."""
+        params, sched, masks = run.params, run.sched, run.masks
         N, B = params[0].shape[0], sched.idx_t.shape[2]
         rows = sched.order_t[:k]
         drop = self.chain.dropout
@@ -235,10 +230,10 @@ class ChainPath(LocalPath):
 
         X, y = self.work.X, self.work.y
         ix = sched.idx_t[step, :k].reshape(-1)
-        x = torch.index_select(X, 0, ix, out=scratch[: k * B]).view(k, B, *X.shape[1:])
+        x = torch.index_select(X, 0, ix, out=run.scratch[: k * B]).view(k, B, *X.shape[1:])
         active = [p[:k] for p in params]
         gradients = self.gradients_by_hand if self.by_hand else self.gradients_autograd
-        return gradients(active, x, noise, y[ix], sched.mask_t[step, :k], sched.denom[step, :k], want_losses)
+        return gradients(active, x, noise, y[ix], sched.mask_t[step, :k], sched.denom[step, :k], run.want_losses)
 
     def gradients_by_hand(
         self,

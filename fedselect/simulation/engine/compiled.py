@@ -33,7 +33,7 @@ from torch import nn
 
 from .base import Workspace
 from .chain import LinearChain, chain_backward
-from .chain_path import ChainPath, ChainSchedule, ChainUpdate
+from .chain_path import ChainPath, ChainRun
 from .losses import is_cross_entropy, resolve_loss
 
 __all__ = [
@@ -284,26 +284,18 @@ class CompiledChainPath(ChainPath):
         return n if self.compiled_step.static else k
 
     def step(
-        self,
-        params: list[torch.Tensor],
-        sched: ChainSchedule,
-        step: int,
-        k: int,
-        masks: Callable[[int, int, float, int], torch.Tensor],
-        factor: torch.Tensor,
-        update: ChainUpdate,
-        scratch: torch.Tensor,
-        want_losses: bool,
+        self, run: ChainRun, step: int, k: int, factor: torch.Tensor
     ) -> tuple[list[torch.Tensor] | None, torch.Tensor | None]:
         """One compiled step of the first k rows. Plain SGD with weight decay is updated inside the graph (None
-        for the gradients); FedProx's term and momentum are applied by ``update`` outside it."""
+        for the gradients); FedProx's term and momentum are applied by ``run.update`` outside it."""
+        params, sched, masks, update = run.params, run.sched, run.masks, run.update
         keep = [masks(step, i, p, w) if 0.0 < p < 1.0 else None for i, (p, w) in enumerate(self.chain.dropout)]
         fused, static = update.plain, self.compiled_step.static
         # the step's slices as tensors of their own (a view's base and offset would be guarded on: recompiles)
         grads, losses = self.compiled_step(
             params, self.work.X, self.work.y, sched.idx_t[step, :k].flatten().clone(), sched.mask_t[step, :k].clone(),
             sched.denom[step, :k].clone(), keep, sched.order_t[:k].clone(), factor, float(update.weight_decay), fused,
-            want_losses, static,
+            run.want_losses, static,
         )  # fmt: skip
         if not fused:
             return grads, losses

@@ -15,7 +15,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from ...devices import resolve_device
 from .admission import Admission
-from .base import LocalPath, Workspace
+from .base import LocalPath, LocalRound, Workspace
 from .chain import LinearChain, Noise
 from .compiled import PATHS
 from .local import LocalSchedule, LocalTraining
@@ -538,7 +538,7 @@ class Engine:
         was_training = self.model.training
         self.model.train()
         try:
-            final = self.local_path.sgd(
+            rnd = LocalRound(
                 start,
                 idx,
                 mask,
@@ -551,6 +551,7 @@ class Engine:
                 nesterov=nesterov,
                 sq=sq,
             )
+            final = self.local_path.sgd(rnd)
         finally:
             self.model.train(was_training)
         # what the caller keeps comes back to the host once, after the last local step

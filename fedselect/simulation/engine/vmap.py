@@ -11,12 +11,11 @@ norm's batch mean and variance), so its clients are grouped by minibatch length 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
-from .base import LocalPath, Workspace
+from .base import LocalPath, LocalRound, Workspace
 
 __all__ = ["GroupedPath", "PaddedPath", "VmapPath"]
 
@@ -39,38 +38,24 @@ class VmapPath(LocalPath):
         self.work = work
         self.forward = forward
 
-    def objective(
-        self, idx_t: torch.Tensor, mask: np.ndarray, mask_t: torch.Tensor, bufs: dict[str, torch.Tensor], sq: Any
-    ) -> Objective:
-        """Step ``s``'s objective at parameters ``p``: ``objective(s, p)``."""
+    def objective(self, rnd: LocalRound, idx_t: torch.Tensor, mask_t: torch.Tensor) -> Objective:
+        """Step ``s``'s objective at parameters ``p``: ``objective(s, p)`` (``idx_t``, ``mask_t``: the round's
+        indices and masks on the device)."""
         raise NotImplementedError
 
-    def sgd(
-        self,
-        start: torch.Tensor,
-        idx: np.ndarray,
-        mask: np.ndarray,
-        lr_rows: torch.Tensor,
-        masks: Callable[[int, int, float, int], torch.Tensor],
-        bufs: dict[str, torch.Tensor],
-        *,
-        weight_decay: float,
-        prox_mu: float,
-        momentum: float,
-        nesterov: bool,
-        sq: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Local SGD of N clients (:meth:`LocalPath.sgd <.base.LocalPath.sgd>`), each step one autograd gradient of
-        :meth:`objective` (``masks`` is unused: dropout draws inside the forward pass)."""
+    def sgd(self, rnd: LocalRound) -> torch.Tensor:
+        """Local SGD of the round's N clients, each step one autograd gradient of :meth:`objective` (``rnd.masks``
+        is unused: dropout draws inside the forward pass)."""
         dev = self.work.device
-        idx_t = torch.from_numpy(idx).to(dev)
-        mask_t = torch.from_numpy(mask).to(dev)
-        active = torch.from_numpy((mask.sum(axis=2) > 0).astype(np.float32)).to(dev)  # (S, N)
-        lr_rows = lr_rows.to(dev)
-        objective = self.objective(idx_t, mask, mask_t, bufs, sq)
+        idx_t = torch.from_numpy(rnd.idx).to(dev)
+        mask_t = torch.from_numpy(rnd.mask).to(dev)
+        active = torch.from_numpy((rnd.mask.sum(axis=2) > 0).astype(np.float32)).to(dev)  # (S, N)
+        lr_rows = rnd.lr_rows.to(dev)
+        objective = self.objective(rnd, idx_t, mask_t)
+        start, weight_decay, prox_mu, momentum = rnd.start, rnd.weight_decay, rnd.prox_mu, rnd.momentum
         params = start.clone()
         velocity: torch.Tensor | None = None
-        for step in range(idx.shape[0]):
+        for step in range(rnd.idx.shape[0]):
             p = params.requires_grad_(True)
             (g,) = torch.autograd.grad(objective(step, p), p)
             with torch.no_grad():
@@ -80,7 +65,7 @@ class VmapPath(LocalPath):
                     g = g + prox_mu * (params - start)
                 if momentum:
                     velocity = g if velocity is None else momentum * velocity + g
-                    g = g + momentum * velocity if nesterov else velocity
+                    g = g + momentum * velocity if rnd.nesterov else velocity
                 params = params.detach() - lr_rows * active[step].unsqueeze(1) * g
         return params.detach()
 
@@ -91,17 +76,10 @@ class PaddedPath(VmapPath):
 
     name = "padded"
 
-    def objective(
-        self,
-        idx_t: torch.Tensor,
-        mask: np.ndarray,
-        mask_t: torch.Tensor,
-        bufs: dict[str, torch.Tensor],
-        sq: torch.Tensor | None,
-    ) -> Objective:
-        """Step ``s``'s objective at ``p``; adds each client's squared per-sample losses to ``sq`` when given."""
-        work = self.work
-        N, B = mask.shape[1], mask.shape[2]
+    def objective(self, rnd: LocalRound, idx_t: torch.Tensor, mask_t: torch.Tensor) -> Objective:
+        """Step ``s``'s objective at ``p``; adds each client's squared per-sample losses to ``rnd.sq`` when given."""
+        work, sq = self.work, rnd.sq
+        N, B = rnd.mask.shape[1], rnd.mask.shape[2]
         denom = mask_t.sum(2).clamp_min(1.0)  # (S, N): each client's mean over its real samples
         mask_acc = None if sq is None else mask_t.to(work.acc)
 
@@ -124,17 +102,10 @@ class GroupedPath(VmapPath):
 
     name = "grouped"
 
-    def objective(
-        self,
-        idx_t: torch.Tensor,
-        mask: np.ndarray,
-        mask_t: torch.Tensor,
-        bufs: dict[str, torch.Tensor],
-        sq: torch.Tensor | None,
-    ) -> Objective:
+    def objective(self, rnd: LocalRound, idx_t: torch.Tensor, mask_t: torch.Tensor) -> Objective:
         """Step ``s``'s objective at ``p`` (:meth:`grouped_objective` of the step's :meth:`length_groups`)."""
-        groups = self.length_groups(mask.sum(axis=2).astype(np.int64))
-        return lambda s, p: self.grouped_objective(p, bufs, idx_t[s], groups[s], sq=sq)
+        groups = self.length_groups(rnd.mask.sum(axis=2).astype(np.int64))
+        return lambda s, p: self.grouped_objective(p, rnd.bufs, idx_t[s], groups[s], sq=rnd.sq)
 
     def length_groups(self, lengths: np.ndarray) -> list[list[tuple[int, torch.Tensor, torch.Tensor]]]:
         """Per local step, the clients grouped by minibatch length: ``(length, rows, rows_acc)`` with the rows
