@@ -582,7 +582,7 @@ class Engine:
         statistics). Other models may draw random numbers inside a vmapped forward (whose
         masks the engine cannot assign to runs) or carry state (batch norm).
         """
-        from .models import FedCorCNN, FLSimCNN, ResNetGN
+        from ..models import FedCorCNN, FLSimCNN, ResNetGN
 
         if self.stateful:
             return f"the model {type(self.model).__name__} has buffers or normalisation layers (batch norm)"
