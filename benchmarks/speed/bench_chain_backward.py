@@ -1,7 +1,7 @@
 """What the linear chain's hand-written backward pass buys over autograd, bits checked.
 
 FedCor's MLP trains on the engine's hand-batched chain path. With the built-in cross-entropy its
-gradients come from :meth:`~fedselect.simulation.engine.Engine._chain_grads`, the chain's backward
+gradients come from :func:`~fedselect.simulation.engine.chain.chain_backward`, the chain's backward
 pass written out (the same operations autograd runs, one private ``aten`` op among them); any other
 loss goes through autograd over the same chain. This script times one engine's local training both
 ways, interleaved call by call on the same minibatches and dropout seeds, and checks that both give
@@ -65,14 +65,14 @@ def main() -> None:
     eng = Engine(FedCorMLP((1, 28, 28), 10, dropout=0.5), X, y, parts, X[:100], y[:100])
     theta = eng.initial_parameters()
     schedule = LocalSchedule(64, epochs=3)
-    ways = {"by hand": eng._chain_step_by_hand, "autograd": eng._chain_step_autograd}
+    ways = {"by hand": True, "autograd": False}  # the chain path's choice (ChainPath.by_hand)
     for runs, rounds in ((1, args.rounds), (args.runs, max(args.rounds // 4, 3))):
         times: dict[str, list[float]] = {way: [] for way in ways}
         for rnd in range(rounds + 2):
             batches = [eng.client_batches(parts, schedule, r, rnd, range(5 * r, 5 * r + 5)) for r in range(runs)]
             results = {}
             for way in ways if rnd % 2 else reversed(list(ways)):
-                eng._chain_step = ways[way]
+                eng.local_path.by_hand = ways[way]
                 results[way] = _train(eng, theta, batches, rnd)
                 if rnd >= 2:
                     times[way].append(results[way][0])

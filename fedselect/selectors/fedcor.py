@@ -12,9 +12,9 @@ import torch
 from sklearn.utils import check_random_state
 
 from .._validation import Interval, StrOptions
+from ..devices import DEVICE_CONSTRAINTS, device_setting, resolve_device
 from ..hookspecs import hookimpl
 from ..selection import BaseSelector, ClientOracle, ClientPool, Selection, check_param
-from ..simulation.engine import DEVICE_CONSTRAINTS, device_setting, resolve_device
 from . import _gp
 
 __all__ = ["CODE_2022", "FedCorSelector", "FitRecord", "LossChangeRecord"]

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from fedselect import devices as devices_module
 from fedselect._validation import InvalidParameterError
 from fedselect.selection import ClientPool
 from fedselect.selectors import _gp
 from fedselect.selectors.fedcor import FedCorSelector
-from fedselect.simulation import engine as engine_module
 
 from ..simulation.test_device import _Record
 from .test_fedcor import GroupOracle, run
@@ -99,7 +99,7 @@ def test_a_device_fedselect_cannot_use_is_refused_before_the_gp_is_built(device)
 
 
 def test_mps_is_refused_because_the_gp_computes_in_float64(monkeypatch):
-    monkeypatch.setattr(engine_module, "_mps_available", lambda: True)
+    monkeypatch.setattr(devices_module, "_mps_available", lambda: True)
     with pytest.raises(InvalidParameterError, match="float64"):
         FedCorSelector(gp_device="mps").fit(ClientPool([10] * 20))
 
@@ -141,7 +141,7 @@ def test_auto_on_a_mac_is_the_cpu_not_mps(monkeypatch):
     """"auto" never picks MPS for the GP (no float64 there): on a machine with MPS and no CUDA it is the CPU."""
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    monkeypatch.setattr(engine_module, "_mps_available", lambda: True)
+    monkeypatch.setattr(devices_module, "_mps_available", lambda: True)
     selector = FedCorSelector(rank=3, gp_device="auto", random_state=0).fit(ClientPool([10] * 20))
     assert selector._gp.device == torch.device("cpu")
     assert "gp_device" not in selector.identifying_params()

@@ -17,11 +17,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from fedselect import FederatedTrainer
+from fedselect import devices as devices_module
 from fedselect._validation import InvalidParameterError
 from fedselect.cli import main
 from fedselect.experiments import provenance
 from fedselect.experiments.plan import run_settings
-from fedselect.simulation import engine as engine_module
 from fedselect.simulation.engine import Engine, LocalSchedule, device_setting, resolve_device
 from fedselect.simulation.models import FedCorCNN, FedCorMLP, FLSimCNN, LogisticRegression, ResNetGN
 
@@ -201,9 +201,9 @@ def test_resolve_device_names_what_the_machine_has(monkeypatch):
     with pytest.raises(TypeError, match="not int"):
         resolve_device(0)  # type: ignore[arg-type]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(engine_module, "_mps_available", lambda: True)
+    monkeypatch.setattr(devices_module, "_mps_available", lambda: True)
     assert resolve_device("auto") == torch.device("mps", 0) and device_setting("auto") == "mps"
-    monkeypatch.setattr(engine_module, "_mps_available", lambda: False)
+    monkeypatch.setattr(devices_module, "_mps_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu") and device_setting("auto") == "cpu"
     with pytest.raises(ValueError, match="no Apple GPU"):
         resolve_device("mps")

@@ -20,9 +20,9 @@ from fedselect.cli import main
 from fedselect.experiments import provenance
 from fedselect.experiments.plan import run_settings
 from fedselect.simulation import CheckpointMismatchError, batched
-from fedselect.simulation import engine as engine_module
 from fedselect.simulation._compiled import compile_unusable
 from fedselect.simulation.engine import Engine
+from fedselect.simulation.engine import compiled as compiled_module
 
 needs_compile = pytest.mark.skipif(
     compile_unusable() is not None, reason=f"torch.compile (inductor) is unusable here: {compile_unusable()}"
@@ -100,7 +100,7 @@ def test_compiled_on_a_model_it_cannot_compile_fails_before_training_with_the_en
 
 
 def test_compiled_where_torch_compile_fails_is_refused_before_training(digits_fed, monkeypatch):
-    monkeypatch.setattr(engine_module, "compile_unusable", lambda: "CalledProcessError: no C++ compiler")
+    monkeypatch.setattr(compiled_module, "compile_unusable", lambda: "CalledProcessError: no C++ compiler")
     with pytest.raises(ValueError, match=r"engine='compiled': path='compiled' needs torch\.compile .*: CalledProcess"):
         FederatedTrainer(**KW, engine="compiled").fit(digits_fed)
 

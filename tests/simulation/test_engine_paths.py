@@ -1,0 +1,96 @@
+"""The engine's computing paths: one class per path, chosen once, the hand-written backward written once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedselect import devices
+from fedselect.simulation import engine as engine_package
+from fedselect.simulation.engine import Engine
+from fedselect.simulation.engine.chain import LinearChain, chain_backward
+from fedselect.simulation.engine.chain_path import ChainPath
+from fedselect.simulation.engine.compiled import CompiledChainPath, compile_unusable
+from fedselect.simulation.engine.vmap import GroupedPath, PaddedPath
+from fedselect.simulation.models import FedCorCNN, FedCorMLP, LogisticRegression
+
+
+def _engine(model, **kw):
+    rng = np.random.default_rng(0)
+    shape = (1, 8, 8) if not isinstance(model, FedCorCNN) else (1, 20, 20)
+    X = rng.normal(size=(60, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, size=60)
+    return Engine(model, X, y, [np.arange(30), np.arange(30, 60)], X[:10], y[:10], **kw)
+
+
+def _own_loss(outputs, targets):
+    return nn.functional.cross_entropy(outputs, targets, reduction="none")
+
+
+@pytest.mark.parametrize(
+    ("make", "kw", "kind", "by_hand"),
+    [
+        (lambda: LogisticRegression((1, 8, 8), 10), {}, ChainPath, True),
+        (lambda: FedCorMLP((1, 8, 8), 10, dropout=0.5), {}, ChainPath, True),
+        (lambda: FedCorMLP((1, 8, 8), 10), {"loss": _own_loss}, ChainPath, False),  # a user's loss: autograd
+        (lambda: FedCorCNN((1, 20, 20), 10), {}, PaddedPath, None),
+        (lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10)), {}, GroupedPath, None),
+    ],
+    ids=["logistic", "mlp", "mlp-own-loss", "cnn", "batchnorm"],
+)
+def test_the_path_is_chosen_once_from_the_model_and_the_loss(make, kw, kind, by_hand):
+    torch.manual_seed(0)
+    eng = _engine(make(), **kw)
+    assert type(eng.local_path) is kind
+    assert eng.local_path.name == {ChainPath: "chain", PaddedPath: "padded", GroupedPath: "grouped"}[kind]
+    if by_hand is not None:
+        assert eng.local_path.by_hand is by_hand and eng.chain is not None
+    else:
+        assert eng.chain is None
+
+
+@pytest.mark.skipif(compile_unusable() is not None, reason="torch.compile (inductor) is unusable here")
+def test_the_compiled_path_is_a_chain_path_and_refuses_other_models():
+    torch.manual_seed(0)
+    eng = _engine(LogisticRegression((1, 8, 8), 10), path="compiled")
+    assert isinstance(eng.local_path, CompiledChainPath) and eng.local_path.name == "compiled-chain"
+    assert eng.local_path.mask_dtype is torch.bool and not eng.local_path.compiled_step.static
+    with pytest.raises(ValueError, match="trains on the eager path only"):
+        _engine(FedCorCNN((1, 20, 20), 10), path="compiled")
+
+
+def test_the_one_backward_lays_weight_gradients_out_either_way_with_the_same_values():
+    """The eager chain path takes autograd's layout, the compiled graph the contiguous one: one function."""
+    torch.manual_seed(0)
+    model = FedCorMLP((1, 8, 8), 10, dropout=0.0)
+    names = [n for n, _ in model.named_parameters()]
+    chain = LinearChain.of(model, names, [p.numel() for p in model.parameters()])
+    assert chain is not None
+    C, B = 3, 5
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).repeat(C, 1)
+    params = [v.clone() for v in chain.split(flat + 0.01 * torch.randn_like(flat)).values()]
+    x, targets = torch.randn(C, B, 1, 8, 8), torch.randint(0, 10, (C * B,))
+    weights = torch.rand(C, B)
+    args = (chain.positional, params, x, lambda i, h: None, targets, weights)
+    eager, losses = chain_backward(*args, want_losses=True)
+    contiguous, _ = chain_backward(*args, want_losses=False, contiguous=True)
+    for a, b, p in zip(eager, contiguous, params):
+        assert a.shape == b.shape == p.shape and b.is_contiguous()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    assert losses is not None and losses.shape == (C, B)
+
+
+def test_devices_live_in_a_leaf_module_the_engine_reexports():
+    for name in ("resolve_device", "available_devices", "device_setting", "DEVICE_CONSTRAINTS"):
+        assert getattr(engine_package, name) is getattr(devices, name)
+    assert devices.resolve_device("cpu") == torch.device("cpu")
+
+
+def test_no_module_of_the_engine_package_is_over_about_800_lines():
+    folder = Path(engine_package.__file__).parent
+    sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
+    assert len(sizes) >= 8 and max(sizes.values()) <= 820, sizes
