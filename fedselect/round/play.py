@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .aggregation import aggregation_weights, apply_deltas
-from .selection import BaseSelector, ClientOracle, RoundFeedback, Selection, available_clients, restrict_to_available
+from ..aggregation import aggregation_weights, apply_deltas
+from ..selection import BaseSelector, ClientOracle, RoundFeedback, Selection, available_clients, restrict_to_available
 
 __all__ = ["Aggregate", "Apply", "OpenRound", "Reports", "Transport", "conclude_round", "open_round", "play_round"]
 
@@ -112,6 +112,9 @@ class Aggregate:
     buffers : Any
         The global buffers after the round, as the transport gives them (None: unchanged or none).
     feedback : RoundFeedback
+    chosen : Selection or None
+        The selection as the selector returned it (restricted to the available clients, not
+        validated: duplicates and order kept); set by :meth:`OpenRound.conclude`.
     """
 
     selection: Selection
@@ -120,6 +123,7 @@ class Aggregate:
     theta: Any
     buffers: Any
     feedback: RoundFeedback
+    chosen: Selection | None = None
 
 
 def _numpy(x: Any) -> np.ndarray:
@@ -226,6 +230,8 @@ class OpenRound:
         ``accumulate``, ``apply``).
     contain : callable, optional
         As :func:`open_round`'s.
+    chosen : Selection, optional
+        The selection as the selector returned it (restricted to the available clients), before validation.
     """
 
     transport: Transport
@@ -236,6 +242,7 @@ class OpenRound:
     request: Any = None
     aggregation: dict[str, Any] = field(default_factory=dict)
     contain: Contain | None = None
+    chosen: Selection | None = None
 
     def conclude(self, reply: Any = None) -> Aggregate:
         """Phase 2: :func:`conclude_round` with ``reply``, the answer to :attr:`request` (None when it is None).
@@ -248,8 +255,10 @@ class OpenRound:
                 f"OpenRound.conclude: the round's request is {type(self.request).__name__} but the reply is "
                 f"{type(reply).__name__}; pass the answer to OpenRound.request (None only when it is None)"
             )
-        return conclude_round(self.transport, self.selection, self.theta, reply, round=self.round,
-                              needs=self.selector.needs, **self.aggregation)
+        agg = conclude_round(self.transport, self.selection, self.theta, reply, round=self.round,
+                             needs=self.selector.needs, **self.aggregation)
+        agg.chosen = self.chosen
+        return agg
 
     def learn(self, aggregate: Aggregate) -> None:
         """Phase 3: the selector learns from the round's feedback (after the runtime's checks and evaluation).
@@ -311,7 +320,7 @@ def open_round(
         raw = restrict_to_available(selector, raw, available, n, round=round)
     selection = raw.validated(n_clients, n, variable_size=bool(selector.variable_size), source=type(selector).__name__)
     request = transport.start_training(selection.clients)
-    return OpenRound(transport, selector, selection, theta, round, request, aggregation, contain)
+    return OpenRound(transport, selector, selection, theta, round, request, aggregation, contain, chosen=raw)
 
 
 def play_round(
