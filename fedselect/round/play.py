@@ -1,8 +1,9 @@
 """One round of federated training, played against a transport.
 
 select -> validate -> train the chosen clients -> reporters -> weights -> apply -> RoundFeedback
--> update, written once. A *transport* is what carries the round to clients: the simulator's
-engine (:class:`fedselect.simulation.trainer.SimulationOracle`), a Flower grid
+-> update, written once. A *transport* is what carries the round to clients (the oracle's
+questions are written once too, :class:`fedselect.round.oracle.RoundOracle`): the simulator's
+engine (:class:`fedselect.simulation.transport.SimulationOracle`), a Flower grid
 (:class:`fedselect.flower.FlowerOracle`) or the synthetic test oracle
 (:class:`fedselect.testing.SyntheticOracle`).
 
@@ -11,7 +12,7 @@ A round is three plain phases, its state between them an :class:`OpenRound`:
 1. :func:`open_round`: the selector selects (its oracle questions answered as it asks them),
    the selection is validated and the transport starts the chosen clients' training
    (:meth:`Transport.start_training`), which returns what the runtime must run or send for it,
-   ``OpenRound.request``: the simulator's :class:`~fedselect.simulation.trainer.TrainingRequest`
+   ``OpenRound.request``: the simulator's :class:`~fedselect.simulation.transport.TrainingRequest`
    (so that :func:`fedselect.simulation.batched.fit_runs` can answer several runs' requests in
    one computation), Flower's train messages (``configure_train`` returns them), or None (the
    transport trained the clients itself);
