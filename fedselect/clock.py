@@ -40,8 +40,8 @@ the server cannot tell such a client from a slow one, so the round waits for it 
 update was due (FedScale's round ignores it). If no client is online at the clock, the round starts when
 the first one comes online. Without intervals, availability is the trainer's per-round draw.
 
-The clock is used by the simulator's transport
-(:class:`fedselect.simulation.trainer.SimulationOracle`), which tells it what each exchange
+The clock is used by the round's oracle (:class:`fedselect.round.RoundOracle`, the simulator's
+:class:`fedselect.simulation.transport.SimulationOracle`), which tells it what each exchange
 carries; :class:`SimulatedClock` holds the run's time, :class:`RoundClock` one round's.
 """
 

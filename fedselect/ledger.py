@@ -1,7 +1,7 @@
 """One cost ledger: what a round's oracle knows and what every answer cost.
 
 Every runtime that answers a selector's questions (the simulator's
-:class:`~fedselect.simulation.trainer.SimulationOracle`, :class:`fedselect.testing.SyntheticOracle`
+:class:`~fedselect.simulation.transport.SimulationOracle`, :class:`fedselect.testing.SyntheticOracle`
 and the Flower strategy's oracle) keeps its bookkeeping in one :class:`RoundLedger` per round,
 so the three count the same questions the same way (what a deployment cannot do alike, such
 as applying a ``transform`` on the client, is documented where it happens):

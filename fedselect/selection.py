@@ -516,7 +516,7 @@ def restrict_to_available(
 class ClientOracle(abc.ABC):
     """The questions a selector may ask before choosing, each paid for and recorded.
 
-    Implemented by the simulator (:class:`fedselect.simulation.trainer.SimulationOracle`),
+    Implemented by the simulator (:class:`fedselect.simulation.transport.SimulationOracle`),
     by :class:`fedselect.testing.SyntheticOracle`, and in a real federation by the Flower
     strategy's oracle (``fedselect.flower.strategy.FlowerOracle``, with the ``flower``
     extra: each question is a message to exactly the clients whose answer is not known yet

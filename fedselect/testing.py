@@ -54,362 +54,13 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 
-from .ledger import Costs, RoundLedger
-from .round import Reports, conclude_round
-from .selection import BaseSelector, ClientOracle, ClientPool, RoundFeedback, Selection, restrict_to_available
+from ._synthetic import SyntheticOracle
+from .round import Aggregate
+from .selection import BaseSelector, ClientPool, RoundFeedback, Selection
 
 __all__ = ["SyntheticOracle", "check_selector", "make_pools", "parametrize_with_checks", "yield_checks"]
 
 KNOWN_NEEDS = frozenset({"losses", "updates", "global", "durations", "sample_losses"})
-
-
-# ---------------------------------------------------------------------------------------
-# A small, real federated problem
-# ---------------------------------------------------------------------------------------
-class SyntheticOracle(ClientOracle):
-    """A recording, cost-counting oracle over a small federation of quadratic clients.
-
-    Client ``k`` has an optimum ``o_k`` = its group's centre + a small offset, and the
-    loss ``l_k(w) = 0.5 * ||w - o_k||^2`` (plus a tiny evaluation noise). A local update
-    from ``w`` is one gradient step, ``lr * (o_k - w)`` (plus noise). Clients of one group
-    pull the global model the same way, so their loss changes are correlated, as on a
-    real non-IID federation (FedCor's Gaussian process should find the groups).
-
-    All noise comes from streams keyed by ``(random_state, round, what)``, so asking a
-    question never shifts the answers to other questions: a client's loss on ``w^t``
-    and its local update in round ``t`` are the same however often and in whatever
-    order they are asked for, and two oracles built with one seed answer identically.
-
-    Parameters
-    ----------
-    n_clients : int
-        N, the number of clients.
-    n_samples : array-like of int, optional
-        n_k of each client (used for costs and reported in feedback). By default drawn
-        at random between 10 and 300.
-    dim : int, default=20
-        Dimension of the model vector ``w``.
-    n_groups : int, default=4
-        Number of client groups (clients ``k`` with equal ``k % n_groups`` share a centre).
-    noise : float, default=0.01
-        Standard deviation of the evaluation noise and of the per-coordinate update noise.
-    lr : float, default=0.5
-        Local learning rate of the single local gradient step.
-    spread : float, default=0.1
-        Standard deviation of each client's optimum around its group's centre.
-    dropout : float, default=0.0
-        Probability that a client does not answer in a round (drawn per round from its
-        own stream): it answers NaN to every question, is charged as sent, and does not
-        report if chosen (see :class:`fedselect.ClientOracle`).
-    offline : float, default=0.0
-        Probability that a client is offline at a round's start (its own stream; at least one
-        client stays online): the server knows it, :meth:`available` leaves it out, and it
-        answers NaN if asked anyway.
-    random_state : None, int or numpy RandomState
-        Seeds the problem (centres, optima, default n_samples) and every noise stream.
-
-    Attributes
-    ----------
-    n_clients : int
-        N.
-    n_samples : ndarray of int
-        n_k.
-    round : int
-        The round being chosen for (advanced by :meth:`run_round`).
-    w : ndarray of float32, shape (dim,)
-        The current global model w^t (starts at zero).
-    optima : ndarray of float64, shape (n_clients, dim)
-        o_k.
-    groups : ndarray of int
-        Each client's group.
-    costs : Costs
-        Everything paid so far (queries and rounds), cumulative.
-    ledger : RoundLedger
-        This round's bookkeeping (:class:`fedselect.ledger.RoundLedger`).
-    calls : list of (str, tuple of int)
-        Every query in order: the method name and the ids asked about
-        (``("global_parameters", ())`` for the free query).
-
-    Examples
-    --------
-    >>> from fedselect.selection import Selection
-    >>> oracle = SyntheticOracle(10, random_state=0)
-    >>> oracle.losses([0, 3]).shape
-    (2,)
-    >>> feedback = oracle.run_round(Selection([0, 3]))
-    >>> oracle.round, feedback.clients.tolist()
-    (1, [0, 3])
-    """
-
-    def __init__(
-        self,
-        n_clients: int,
-        *,
-        n_samples: Any = None,
-        dim: int = 20,
-        n_groups: int = 4,
-        noise: float = 0.01,
-        lr: float = 0.5,
-        spread: float = 0.1,
-        dropout: float = 0.0,
-        offline: float = 0.0,
-        random_state: Any = None,
-    ) -> None:
-        if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
-            raise ValueError(f"SyntheticOracle: n_clients={n_clients!r} must be an integer >= 1")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0 <= dropout < 1:
-            raise ValueError(f"SyntheticOracle: dropout={dropout!r} must be a number in [0, 1)")
-        if isinstance(offline, bool) or not isinstance(offline, (int, float, np.floating)) or not 0 <= offline < 1:
-            raise ValueError(f"SyntheticOracle: offline={offline!r} must be a number in [0, 1)")
-        rng = check_random_state(random_state)
-        self.offline = float(offline)
-        self.n_clients = int(n_clients)
-        self.dim = int(dim)
-        self.noise = float(noise)
-        self.lr = float(lr)
-        self.dropout = float(dropout)
-        if n_samples is None:
-            n_samples = rng.randint(10, 301, size=self.n_clients)
-        self.n_samples = ClientPool(np.asarray(n_samples)).n_samples
-        if self.n_samples.shape[0] != self.n_clients:
-            raise ValueError(
-                f"SyntheticOracle: n_samples has {self.n_samples.shape[0]} entries for {self.n_clients} clients"
-            )
-        n_groups = max(1, min(int(n_groups), self.n_clients))
-        centres = rng.normal(size=(n_groups, self.dim))
-        self.groups = np.arange(self.n_clients) % n_groups
-        self.optima = centres[self.groups] + spread * rng.normal(size=(self.n_clients, self.dim))
-        self._seed = int(rng.randint(2**31 - 1))
-        self.round = 0
-        self.w = np.zeros(self.dim, dtype=np.float32)
-        self.costs: Costs = Costs()
-        self.calls: list[tuple[str, tuple[int, ...]]] = []
-        self._n_trials = 0
-        self._reports: Reports | None = None  # start_training's, until finish_training
-        self._round_needs: frozenset[str] = frozenset()  # run_round's needs, for start_training
-        self._new_round_state()
-
-    # -- bookkeeping ----------------------------------------------------------------
-    def _new_round_state(self) -> None:
-        if self.dropout > 0:
-            unavailable = np.flatnonzero(self._stream(3).random(self.n_clients) < self.dropout)
-        else:
-            unavailable = np.zeros(0, dtype=np.int64)
-        self._online = None
-        if self.offline > 0:
-            off = self._stream(4).random(self.n_clients) < self.offline
-            off[int(self._stream(5).integers(self.n_clients))] = False  # somebody is online
-            self._online = np.flatnonzero(~off)
-            unavailable = np.union1d(unavailable, np.flatnonzero(off))
-        self.ledger = RoundLedger(self.n_clients, self.round, unavailable=unavailable)
-        self._n_trials = 0
-
-    def available(self) -> np.ndarray | None:
-        """The clients online at the round's start (``offline``); None when every client is."""
-        return None if self._online is None else self._online.copy()
-
-    @property
-    def unavailable(self) -> frozenset[int]:
-        """The clients that do not answer this round (drawn from ``dropout``) or that failed."""
-        return self.ledger.failed
-
-    def _ids(self, ids: Any, method: str) -> np.ndarray:
-        return self.ledger.ids(ids, f"SyntheticOracle.{method}")
-
-    def _stream(self, *key: int) -> np.random.Generator:
-        return np.random.default_rng([self._seed, self.round, *key])
-
-    def _charge(self, before: Costs) -> None:
-        """Add what the ledger charged since ``before`` to the cumulative costs."""
-        now = self.ledger.costs
-        self.costs += Costs(**{k: v - getattr(before, k) for k, v in now.to_dict().items()})
-
-    def _snapshot(self) -> Costs:
-        return Costs(**self.ledger.costs.to_dict())
-
-    def _pay_losses(self, ids: np.ndarray) -> None:
-        led = self.ledger
-        led.send_model(ids)
-        ask = led.losses_to_ask(ids)
-        values = self._loss_at(self.w, self._eval_noise(0))[ask]
-        led.record_losses(ask, values, samples_evaluated=int(self.n_samples[ask].sum()) if ask.size else 0)
-
-    def _train(self, ids: np.ndarray) -> None:
-        led = self.ledger
-        led.send_model(ids)
-        new = led.to_train(ids)
-        # one full-batch gradient step each
-        led.record_training(new, steps=new.size, sample_gradients=int(self.n_samples[new].sum()) if new.size else 0)
-
-    # -- the problem itself -----------------------------------------------------------
-    def _loss_at(self, w: np.ndarray, eval_noise: np.ndarray) -> np.ndarray:
-        diff = w.astype(np.float64)[None, :] - self.optima
-        return 0.5 * np.einsum("ij,ij->i", diff, diff) + eval_noise
-
-    def _eval_noise(self, tag: int) -> np.ndarray:
-        return self.noise * self._stream(0, tag).normal(size=self.n_clients)
-
-    def _deltas(self, ids: np.ndarray) -> np.ndarray:
-        noise = self.noise * self._stream(1).normal(size=(self.n_clients, self.dim))
-        full = self.lr * (self.optima - self.w.astype(np.float64)[None, :]) + noise
-        return full[ids].astype(np.float32)
-
-    def true_losses(self) -> np.ndarray:
-        """Every client's noiseless loss on w^t; free and not recorded (for tests and diagnostics)."""
-        return self._loss_at(self.w, 0.0)
-
-    # -- the ClientOracle API -----------------------------------------------------------
-    def losses(self, ids: Any) -> np.ndarray:
-        """l_k(w^t) for each id (one model down per client not yet holding w^t, one scalar up); NaN if it failed."""
-        ids = self._ids(ids, "losses")
-        self.calls.append(("losses", tuple(ids.tolist())))
-        before = self._snapshot()
-        self._pay_losses(ids)
-        self._charge(before)
-        return self.ledger.loss(ids)
-
-    def trial(self, ids: Any) -> np.ndarray:
-        """The length-N vector l(w_trial) - l(w^t) if ``ids`` trained this round (not applied).
-
-        ``w_trial`` is w^t plus the mean update of the trial clients that answered. Costs
-        ``len(ids)`` local trainings (not repeated if those clients train again this
-        round) and their uploads, N models down and a scalar up per answering client for
-        the trial model, plus the baseline losses not yet paid this round. Entries of
-        clients that failed are NaN; if no trial client answered, every entry is NaN.
-        """
-        ids = np.unique(self._ids(ids, "trial"))
-        if ids.size == 0:
-            raise ValueError("SyntheticOracle.trial: ids must name at least one client")
-        self.calls.append(("trial", tuple(ids.tolist())))
-        led = self.ledger
-        before_costs = self._snapshot()
-        everyone = np.arange(self.n_clients)
-        self._pay_losses(everyone)
-        self._train(ids)
-        alive = led.alive(ids)
-        if not alive.size:
-            self._charge(before_costs)
-            return np.full(self.n_clients, np.nan)
-        led.upload(alive)
-        self._n_trials += 1
-        answering = led.alive(everyone)
-        led.record_trial(
-            answering.size,
-            samples_evaluated=int(self.n_samples[answering].sum()),
-            n_sent=self.n_clients - len(led.known_failed),
-        )
-        led.contacted(everyone)
-        self._charge(before_costs)
-        w_trial = self.w + self._deltas(alive).mean(axis=0)
-        before = self._loss_at(self.w, self._eval_noise(0))
-        after = self._loss_at(w_trial, self._eval_noise(self._n_trials))
-        out = after - before
-        out[list(led.failed)] = np.nan
-        return out
-
-    def local_updates(self, ids: Any, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        """Each id's local update from w^t (float32 rows), transformed client-side; NaN rows for failed clients.
-
-        Without ``transform`` each client uploads its full update (a model up); with it,
-        the length of each transformed row is counted in ``floats_up``.
-        """
-        ids = self._ids(ids, "local_updates")
-        self.calls.append(("local_updates", tuple(ids.tolist())))
-        led = self.ledger
-        before = self._snapshot()
-        self._train(ids)
-        ok = np.array([not led.is_failed(k) for k in ids.tolist()], dtype=bool)
-        deltas = self._deltas(ids)
-        if transform is None:
-            led.upload(ids[ok])
-            self._charge(before)
-            deltas[~ok] = np.nan
-            return deltas
-        rows: list[np.ndarray | None] = [
-            np.asarray(transform(d.copy()), dtype=np.float32).ravel() if good else None for d, good in zip(deltas, ok)
-        ]
-        led.record_floats_up(int(sum(r.size for r in rows if r is not None)))
-        self._charge(before)
-        if not rows:
-            return np.zeros((0, 0), dtype=np.float32)
-        sizes = {r.size for r in rows if r is not None}
-        width = sizes.pop() if sizes else np.asarray(transform(np.zeros(self.dim, dtype=np.float32))).size
-        return np.stack([np.full(width, np.nan, dtype=np.float32) if r is None else r for r in rows])
-
-    def global_parameters(self) -> np.ndarray:
-        """A copy of w^t (float32). Free."""
-        self.calls.append(("global_parameters", ()))
-        return self.w.copy()
-
-    # -- running a round ------------------------------------------------------------------
-    def run_round(self, selection: Selection, needs: frozenset[str] = frozenset()) -> RoundFeedback:
-        """Train the selected clients, aggregate what the reporting ones sent, and return the feedback.
-
-        The selection is used as given (validate it first with
-        :meth:`Selection.validated`). Clients that fail this round (``dropout``) do not
-        report. Without weights the update is the mean of the reporting clients' deltas,
-        a client counted ``selection.counts`` times when counts are present; with
-        weights, each reporting client's delta is multiplied by its weight (as given, or
-        rescaled to keep the selection's total when some chosen clients failed:
-        :func:`fedselect.ledger.reporter_weights`) and added.
-
-        Parameters
-        ----------
-        selection : Selection
-            The (validated) clients of this round.
-        needs : frozenset of str
-            The selector's ``needs``: ``"updates"`` adds the per-client deltas to the
-            feedback, ``"global"`` the global model before and after aggregation,
-            ``"sample_losses"`` each reporter's squared loss as its ``sample_loss_sq``
-            (one scalar up each). This test world sends every reporter's loss whatever
-            ``needs`` says (:func:`check_declared_losses` hides it from selectors that do
-            not declare ``"losses"``).
-
-        Returns
-        -------
-        RoundFeedback
-            Only the clients that reported.
-        """
-        self._ids(selection.clients, "run_round")
-        self._round_needs = frozenset(needs)
-        try:
-            self.start_training(selection.clients)  # trains at once: nothing for the caller to answer
-        finally:
-            self._round_needs = frozenset()
-        agg = conclude_round(self, selection, self.w, round=self.round, needs=needs, rule="mean", accumulate="float64")
-        self.w = agg.theta
-        self.round += 1
-        self._new_round_state()
-        return agg.feedback
-
-    # -- the round's transport (fedselect.round.Transport) ------------------------------
-    def start_training(self, ids: np.ndarray) -> None:
-        """Train the chosen ``ids`` at once, and keep the reports of those that did not fail; no request."""
-        led = self.ledger
-        before_costs = self._snapshot()
-        self._train(ids)
-        reporters = ids[np.array([not led.is_failed(k) for k in ids.tolist()], dtype=bool)]
-        self._pay_losses(reporters)  # clients report their loss on w^t with their update
-        led.upload(reporters)
-        losses = self._loss_at(self.w, self._eval_noise(0))[reporters]
-        sq = None
-        if "sample_losses" in self._round_needs:  # a quadratic client's squared loss stands for Oort's statistic
-            sq = np.square(losses)
-            led.record_scalars_up(int(reporters.size))
-        self._charge(before_costs)
-        self._reports = Reports(reporters, self._deltas(reporters), losses, self.n_samples[reporters],
-                                sample_loss_sq=sq)
-
-    def finish_training(self, reply: None = None) -> Reports:
-        """The reports of :meth:`start_training`'s training."""
-        reports, self._reports = self._reports, None
-        if reports is None:
-            raise RuntimeError("SyntheticOracle.finish_training: call start_training first")
-        return reports
-
-    def aggregate_buffers(self, reporters: np.ndarray, weights: np.ndarray) -> None:
-        """The quadratic clients have no buffers."""
-        return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,8 +115,9 @@ def _run(
     dropout: float = 0.0,
     offline: float = 0.0,
 ) -> list[tuple[list[int], list[float] | None]]:
-    """Run ``n_rounds`` rounds on a fresh SyntheticOracle; return the validated selections. With ``offline``, each
-    round asks for at most the available clients (as the trainer does) and checks the selection lies among them."""
+    """Play ``n_rounds`` rounds on a fresh SyntheticOracle through :func:`fedselect.round.play_round`; return the
+    validated selections. With ``offline``, each round asks for at most the available clients (as the trainer
+    does) and checks the selection lies among them."""
     if fit:
         selector.fit(pool)
     oracle = SyntheticOracle(
@@ -474,23 +126,21 @@ def _run(
     out = []
     for t in range(n_rounds):
         online = oracle.available()
-        n_t = n if online is None else min(n, int(online.size))
-        raw = selector.select(n_t, round=t, oracle=oracle)
-        assert isinstance(raw, Selection), f"select returned {type(raw).__name__}, not a Selection"
-        if online is not None and type(selector).select is not BaseSelector.select:
-            # a selector with its own select() is restricted by the runtime (fedselect.round.open_round)
-            raw = restrict_to_available(selector, raw, online, n_t, round=t)
-        if online is not None:
-            outside = np.setdiff1d(raw.clients, online)
-            assert not outside.size, f"round {t}: chose client(s) {outside.tolist()} not in oracle.available()"
-        sel = raw.validated(pool.n_clients, n_t, variable_size=_variable_size(selector), source=type(selector).__name__)
-        if sel.weights is not None:
-            assert np.all(np.isfinite(sel.weights)), f"round {t}: non-finite weights {sel.weights}"
-            assert np.all(sel.weights >= 0), f"round {t}: negative weights {sel.weights}"
-        feedback = oracle.run_round(sel, needs=selector.needs)
-        if on_round is not None:
-            on_round(t, sel, feedback)
-        selector.update(feedback)
+
+        def check(agg: Aggregate, t: int = t, online: np.ndarray | None = online) -> None:
+            sel = agg.selection
+            if online is not None:
+                outside = np.setdiff1d(sel.clients, online)
+                assert not outside.size, f"round {t}: chose client(s) {outside.tolist()} not in oracle.available()"
+            if sel.weights is not None:
+                assert np.all(np.isfinite(sel.weights)), f"round {t}: non-finite weights {sel.weights}"
+                assert np.all(sel.weights >= 0), f"round {t}: negative weights {sel.weights}"
+            if on_round is not None:
+                on_round(t, sel, agg.feedback)
+
+        agg = oracle.play(selector, n if online is None else min(n, int(online.size)), after_aggregate=check)
+        raw = agg.chosen  # as the selector returned it: duplicates and order kept
+        assert raw is not None
         out.append((raw.clients.tolist(), None if raw.weights is None else raw.weights.tolist()))
     return out
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+import fedselect._synthetic
 import fedselect.round as round_module
-import fedselect.testing
+import fedselect.round.play
 from fedselect import FederatedTrainer, Selection, make_federation
 from fedselect.aggregation import aggregation_weights, apply_deltas, average_buffer_deltas
 from fedselect.testing import SyntheticOracle
@@ -59,8 +60,8 @@ def fed():
     return make_federation("digits", partition="shards", n_clients=8, random_state=0)
 
 
-def _counting(monkeypatch, module=round_module):
-    """Count the rounds concluded by ``module``'s ``conclude_round`` (fedselect.round's, which every round's
+def _counting(monkeypatch, module=fedselect.round.play):
+    """Count the rounds concluded by ``module``'s ``conclude_round`` (fedselect.round.play's, which every round's
     second phase, ``OpenRound.conclude``, calls)."""
     calls = []
     real = round_module.conclude_round
@@ -84,7 +85,7 @@ def test_the_simulator_plays_every_round_through_the_round_module(fed, monkeypat
 
 
 def test_the_synthetic_oracle_plays_its_rounds_through_the_round_module(monkeypatch):
-    calls = _counting(monkeypatch, fedselect.testing)
+    calls = _counting(monkeypatch, fedselect._synthetic)
     oracle = SyntheticOracle(n_clients=6, random_state=0)
     fb = oracle.run_round(Selection([1, 3, 3]).validated(6, 3, variable_size=True))
     assert calls == [0]

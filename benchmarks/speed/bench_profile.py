@@ -47,6 +47,7 @@ from fedselect import FederatedTrainer
 from fedselect.compare import machine_info
 from fedselect.data import make_federation
 from fedselect.presets import get_preset
+from fedselect.round import RoundOracle
 from fedselect.selection import BaseSelector
 from fedselect.simulation import trainer as trainer_mod
 from fedselect.simulation.engine import Engine
@@ -84,7 +85,7 @@ class _Timer:
 
 def _instrument(timer: _Timer) -> Callable[[], None]:
     """Patch the phases' entry points with timers; returns the function that undoes it."""
-    Oracle = trainer_mod.SimulationOracle
+    Oracle = RoundOracle  # the questions live there, written once (SimulationOracle inherits them)
     patches = [
         (trainer_mod.TrainingRequest, "run", "train"),
         (trainer_mod.TestRequest, "run", "test"),

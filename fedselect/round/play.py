@@ -1,8 +1,9 @@
 """One round of federated training, played against a transport.
 
 select -> validate -> train the chosen clients -> reporters -> weights -> apply -> RoundFeedback
--> update, written once. A *transport* is what carries the round to clients: the simulator's
-engine (:class:`fedselect.simulation.trainer.SimulationOracle`), a Flower grid
+-> update, written once. A *transport* is what carries the round to clients (the oracle's
+questions are written once too, :class:`fedselect.round.oracle.RoundOracle`): the simulator's
+engine (:class:`fedselect.simulation.transport.SimulationOracle`), a Flower grid
 (:class:`fedselect.flower.FlowerOracle`) or the synthetic test oracle
 (:class:`fedselect.testing.SyntheticOracle`).
 
@@ -11,7 +12,7 @@ A round is three plain phases, its state between them an :class:`OpenRound`:
 1. :func:`open_round`: the selector selects (its oracle questions answered as it asks them),
    the selection is validated and the transport starts the chosen clients' training
    (:meth:`Transport.start_training`), which returns what the runtime must run or send for it,
-   ``OpenRound.request``: the simulator's :class:`~fedselect.simulation.trainer.TrainingRequest`
+   ``OpenRound.request``: the simulator's :class:`~fedselect.simulation.transport.TrainingRequest`
    (so that :func:`fedselect.simulation.batched.fit_runs` can answer several runs' requests in
    one computation), Flower's train messages (``configure_train`` returns them), or None (the
    transport trained the clients itself);
@@ -32,8 +33,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .aggregation import aggregation_weights, apply_deltas
-from .selection import BaseSelector, ClientOracle, RoundFeedback, Selection, available_clients, restrict_to_available
+from ..aggregation import aggregation_weights, apply_deltas
+from ..selection import BaseSelector, ClientOracle, RoundFeedback, Selection, available_clients, restrict_to_available
 
 __all__ = ["Aggregate", "Apply", "OpenRound", "Reports", "Transport", "conclude_round", "open_round", "play_round"]
 
@@ -112,6 +113,9 @@ class Aggregate:
     buffers : Any
         The global buffers after the round, as the transport gives them (None: unchanged or none).
     feedback : RoundFeedback
+    chosen : Selection or None
+        The selection as the selector returned it (restricted to the available clients, not
+        validated: duplicates and order kept); set by :meth:`OpenRound.conclude`.
     """
 
     selection: Selection
@@ -120,6 +124,7 @@ class Aggregate:
     theta: Any
     buffers: Any
     feedback: RoundFeedback
+    chosen: Selection | None = None
 
 
 def _numpy(x: Any) -> np.ndarray:
@@ -226,6 +231,8 @@ class OpenRound:
         ``accumulate``, ``apply``).
     contain : callable, optional
         As :func:`open_round`'s.
+    chosen : Selection, optional
+        The selection as the selector returned it (restricted to the available clients), before validation.
     """
 
     transport: Transport
@@ -236,6 +243,7 @@ class OpenRound:
     request: Any = None
     aggregation: dict[str, Any] = field(default_factory=dict)
     contain: Contain | None = None
+    chosen: Selection | None = None
 
     def conclude(self, reply: Any = None) -> Aggregate:
         """Phase 2: :func:`conclude_round` with ``reply``, the answer to :attr:`request` (None when it is None).
@@ -248,8 +256,10 @@ class OpenRound:
                 f"OpenRound.conclude: the round's request is {type(self.request).__name__} but the reply is "
                 f"{type(reply).__name__}; pass the answer to OpenRound.request (None only when it is None)"
             )
-        return conclude_round(self.transport, self.selection, self.theta, reply, round=self.round,
-                              needs=self.selector.needs, **self.aggregation)
+        agg = conclude_round(self.transport, self.selection, self.theta, reply, round=self.round,
+                             needs=self.selector.needs, **self.aggregation)
+        agg.chosen = self.chosen
+        return agg
 
     def learn(self, aggregate: Aggregate) -> None:
         """Phase 3: the selector learns from the round's feedback (after the runtime's checks and evaluation).
@@ -311,7 +321,7 @@ def open_round(
         raw = restrict_to_available(selector, raw, available, n, round=round)
     selection = raw.validated(n_clients, n, variable_size=bool(selector.variable_size), source=type(selector).__name__)
     request = transport.start_training(selection.clients)
-    return OpenRound(transport, selector, selection, theta, round, request, aggregation, contain)
+    return OpenRound(transport, selector, selection, theta, round, request, aggregation, contain, chosen=raw)
 
 
 def play_round(
