@@ -33,6 +33,7 @@ from .engine import Engine
 from .history import History, RoundRecord
 from .resume import Checkpointer
 from .setup import RunSetup, build_engine
+from .transport import SimulationOracle, TestRequest
 
 __all__ = ["DivergenceError", "RunState", "TrainedNobodyWarning", "lr_at", "run_fit"]
 
@@ -230,7 +231,6 @@ def _play_round(trainer: Any, state: RunState) -> Generator[Request, Any, RoundR
     Updates ``state.theta`` (w^{t+1}), ``state.buffers`` and the clock. Raises FloatingPointError when the
     global model or the test loss is not finite.
     """
-    from .trainer import TestRequest  # simulation/transport.py once the oracle moves there (issue 35)
 
     t = state.t
     started = time.perf_counter()
@@ -271,7 +271,6 @@ def _play_round(trainer: Any, state: RunState) -> Generator[Request, Any, RoundR
 
 def _open(trainer: Any, state: RunState) -> tuple[OpenRound, RoundLedger, Any, RoundRecord]:
     """Round t's clients and oracle, and the selection: the open round, its ledger, its clock, its record."""
-    from .trainer import SimulationOracle  # simulation/transport.py once the oracle moves there (issue 35)
 
     t, setup, fed = state.t, state.setup, state.fed
     lr = lr_at(trainer.lr, trainer.lr_schedule, t)
