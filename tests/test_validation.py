@@ -154,7 +154,7 @@ def test_invalid_selector_parameter_is_refused_at_fit(selector, name, value):
 
 @pytest.mark.parametrize("name, value", TRAINER_CASES)
 def test_invalid_trainer_parameter_is_refused_before_training(name, value, digits_fed, monkeypatch):
-    from fedselect.simulation import trainer as trainer_module
+    from fedselect.simulation import setup as trainer_module  # where the fit builds its model
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was built before the parameters were validated")
@@ -169,7 +169,7 @@ def test_invalid_trainer_parameter_is_refused_before_training(name, value, digit
 
 @pytest.mark.parametrize("selector", SELECTORS)
 def test_trainer_checks_the_selectors_parameters_before_building_the_model(selector, digits_fed, monkeypatch):
-    from fedselect.simulation import trainer as trainer_module
+    from fedselect.simulation import setup as trainer_module  # where the fit builds its model
 
     monkeypatch.setattr(trainer_module, "build_model", lambda *a, **k: pytest.fail("model built"))
     cls = get_selector_class(selector)

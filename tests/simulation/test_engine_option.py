@@ -43,7 +43,7 @@ def _bits(trainer):
 
 @pytest.mark.parametrize("engine", ["Compiled", "inductor", "", None, 1], ids=repr)
 def test_a_bad_engine_is_refused_before_anything_is_built(digits_fed, engine, monkeypatch):
-    from fedselect.simulation import trainer
+    from fedselect.simulation import loop as trainer  # where the fit builds its engine
 
     def never(*args, **kwargs):
         raise AssertionError("the engine was built before its path was checked")
@@ -108,7 +108,7 @@ def test_compiled_where_torch_compile_fails_is_refused_before_training(digits_fe
 @pytest.mark.parametrize("model, loss", [("cnn", "cross-entropy"), ("resnet-gn", "cross-entropy"), ("mlp", "mse")])
 def test_a_comparison_refuses_compiled_for_a_model_it_cannot_compile_before_any_run(model, loss, tmp_path, monkeypatch):
     from fedselect.experiments.plan import check_plan
-    from fedselect.simulation import trainer
+    from fedselect.simulation import loop as trainer  # where the fit builds its engine
 
     def never(*args, **kwargs):
         raise AssertionError("an engine was built before the plan was refused")
