@@ -25,6 +25,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from .identity import canonical
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -215,23 +216,8 @@ def _check_partition(obj: Any, name: str, plugin: str) -> None:
         )
 
 
-def _check_preset(obj: Any, name: str, plugin: str) -> None:
-    from .presets import Preset, check_preset
-
-    if not isinstance(obj, Preset):
-        raise PluginError(
-            f"plugin {plugin!r} registered {obj!r:.80} as preset {name!r}, but presets must be "
-            "fedselect.presets.Preset instances"
-        )
-    if name != obj.name:
-        raise PluginError(
-            f"plugin {plugin!r} registered preset {obj.name!r} under the name {name!r}; a preset is "
-            "registered under its own name (register(preset), or name=preset.name)"
-        )
-    try:
-        check_preset(obj)
-    except (TypeError, ValueError) as exc:
-        raise PluginError(f"plugin {plugin!r} registered an invalid preset {name!r}: {exc}") from exc
+def _check_nothing(obj: Any, name: str, plugin: str) -> None:
+    """What a preset is, the registry does not know: :mod:`fedselect.presets` checks it (``register_checks``)."""
 
 
 _HOOKS: dict[str, tuple[str, Callable[[Any, str, str], None]]] = {
@@ -239,19 +225,35 @@ _HOOKS: dict[str, tuple[str, Callable[[Any, str, str], None]]] = {
     "datasets": ("register_datasets", _check_callable),
     "models": ("register_models", _check_callable),
     "partitions": ("register_partitions", _check_partition),
-    "presets": ("register_presets", _check_preset),
+    "presets": ("register_presets", _check_nothing),
+    "checks": ("register_checks", _check_callable),
 }
 
 
-def registry(kind: str) -> dict[str, Entry]:
-    """The table of ``kind`` (``"selectors"``, ``"datasets"``, ``"models"``, ``"partitions"`` or ``"presets"``).
+def _checked(kind: str, check: Callable[[Any, str, str], None]) -> Callable[[Any, str, str], None]:
+    """``check``, then the check registered for ``kind`` by the module that defines its objects, if any."""
+    owner = registry("checks").get(kind)
 
-    Every name and alias maps to its :class:`Entry`, in registration order (built-ins first).
+    def both(obj: Any, name: str, plugin: str) -> None:
+        check(obj, name, plugin)
+        problem = None if owner is None else owner.obj(obj, name)
+        if problem is not None:
+            raise PluginError(f"plugin {plugin!r} {problem}")
+
+    return both
+
+
+def registry(kind: str) -> dict[str, Entry]:
+    """The table of ``kind``: ``"selectors"``, ``"datasets"``, ``"models"``, ``"partitions"`` or ``"presets"``.
+
+    Every name and alias maps to its :class:`Entry`, in registration order (built-ins first). The
+    table ``"checks"`` holds the check of each kind registered by the module that defines it
+    (:func:`fedselect.hookspecs.register_checks`).
     """
-    hooks = _HOOKS
-    if kind not in hooks:
-        raise ValueError(f"unknown registry {kind!r}; expected one of {sorted(hooks)}")
-    return _collect(*hooks[kind])
+    if kind not in _HOOKS:
+        raise ValueError(f"unknown registry {kind!r}; expected one of {sorted(_HOOKS)}")
+    hook_name, check = _HOOKS[kind]
+    return _collect(hook_name, check if kind == "checks" else _checked(kind, check))
 
 
 def _canonical(table: dict[str, Entry]) -> dict[str, Entry]:
@@ -654,9 +656,7 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
         return f"{getattr(value, '__module__', '?')}:{value.__qualname__}"
-    from .simulation.checkpoint import _canonical  # random states by their state, modules by their weights
-
-    return str(_canonical(value))
+    return str(canonical(value))  # random states by their state, modules by their weights
 
 
 @dataclass(frozen=True)

@@ -575,6 +575,28 @@ def register_presets(register: Callable[..., Any]) -> None:
         register(preset)
 
 
+@hookimpl
+def register_checks(register: Callable[..., Any]) -> None:
+    """The check of every registered preset (the registry asks here, so that it imports no trainer)."""
+    register(_registered_preset_problem, name="presets")
+
+
+def _registered_preset_problem(obj: Any, name: str) -> str | None:
+    """What is wrong with a preset a plugin registered under ``name``, or None (see ``register_checks``)."""
+    if not isinstance(obj, Preset):
+        return f"registered {obj!r:.80} as preset {name!r}, but presets must be fedselect.presets.Preset instances"
+    if name != obj.name:
+        return (
+            f"registered preset {obj.name!r} under the name {name!r}; a preset is registered under its own name "
+            "(register(preset), or name=preset.name)"
+        )
+    try:
+        check_preset(obj)
+    except (TypeError, ValueError) as exc:
+        return f"registered an invalid preset {name!r}: {exc}"
+    return None
+
+
 def check_preset(preset: Preset) -> None:
     """Check the shape of ``preset``: what is checkable without loading data or building a selector.
 

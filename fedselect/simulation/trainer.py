@@ -1217,7 +1217,7 @@ class FederatedTrainer(BaseEstimator):
     def _fingerprint(self, fed: Any, selector: BaseSelector, theta0: torch.Tensor) -> dict[str, Any]:
         """Everything that fixes the run's numbers, flattened to comparable values (see
         :func:`fedselect.experiments.provenance.checkpoint_fingerprint`)."""
-        from ..experiments.provenance import checkpoint_fingerprint
+        from ..identity import checkpoint_fingerprint
 
         out = checkpoint_fingerprint(self, fed, selector, theta0)
         if self._profiles is not None and self._clock_observed:  # the clock's devices fix which clients fail and when
