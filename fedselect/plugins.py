@@ -26,6 +26,7 @@ import pluggy
 
 from . import hookspecs
 from .identity import canonical
+from .selection import BaseSelector
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -180,8 +181,6 @@ def _collect(hook_name: str, check: Callable[[Any, str, str], None]) -> dict[str
 
 
 def _check_selector(obj: Any, name: str, plugin: str) -> None:
-    from .selection import BaseSelector
-
     if not (isinstance(obj, type) and issubclass(obj, BaseSelector)):
         raise PluginError(
             f"plugin {plugin!r} registered {obj!r} as selector {name!r}, but selectors must be classes "
@@ -807,8 +806,6 @@ def _check_param_names(cls: type, params: Mapping[str, Any], shown: str) -> None
 
 def as_selector_spec(spec: Any) -> SelectorSpec:
     """Normalise a selector given in any accepted form into a :class:`SelectorSpec` (see :func:`resolve_selector`)."""
-    from .selection import BaseSelector
-
     if isinstance(spec, SelectorSpec):
         return spec
     if isinstance(spec, str):
@@ -833,7 +830,6 @@ def as_selector_spec(spec: Any) -> SelectorSpec:
 
 def is_selector_spec_shape(value: Any) -> bool:
     """Whether ``value`` has the shape of a selector spec (no registry lookup; names are checked later)."""
-    from .selection import BaseSelector
 
     def what_ok(w: Any) -> bool:
         return isinstance(w, str) or (isinstance(w, type) and issubclass(w, BaseSelector))

@@ -17,6 +17,8 @@ from numbers import Integral, Real
 from typing import Any
 
 from .hookspecs import hookimpl
+from .plugins import _lookup
+from .plugins import list_presets as _list_presets
 
 __all__ = ["PRESETS", "Preset", "check_preset", "get_preset", "list_presets"]
 
@@ -645,13 +647,9 @@ def check_preset(preset: Preset) -> None:
 
 def list_presets() -> list[str]:
     """Names of every registered preset, built-in and from plugins, sorted."""
-    from .plugins import list_presets as _list
-
-    return _list()
+    return _list_presets()
 
 
 def get_preset(name: str) -> Preset:
     """The preset registered as ``name``, built-in or from a plugin; a KeyError lists the known ones."""
-    from .plugins import _lookup
-
     return _lookup("presets", name).obj
