@@ -440,7 +440,8 @@ def register_plugin(plugin: ModuleType | object, *, name: str | None = None) -> 
         hint = (
             f"; {', '.join(undecorated)} must be decorated with @fedselect.hookimpl"
             if undecorated
-            else f"; define one of {', '.join(known)} decorated with @fedselect.hookimpl"
+            else f"; define one of {', '.join(n for n in known if n != 'register_checks')} decorated with "
+            "@fedselect.hookimpl"
         )
         raise PluginError(f"{label} holds no fedselect hook implementation{hint}")
     unknown = [n for n in impls if n not in known]
