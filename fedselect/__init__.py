@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .hookspecs import hookimpl
 from .optim import LocalSGD
 from .plugins import get_selector, get_selector_class, list_datasets, list_models, list_selectors
@@ -46,7 +47,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-__version__ = "0.1.0.dev0"
 
 __all__ = [
     "BaseSelector",

@@ -144,7 +144,7 @@ def _in_interactive_main(obj: Any) -> bool:
 def _serialise(grid: Any, sources: list[tuple[Any, ...]], *, dumps: Callable[[Any], bytes], where: str,
                by_value: bool) -> tuple[bytes, bytes]:
     """``(plugins, grid)`` pickled with ``dumps``, or a TypeError naming the part that cannot be sent."""
-    from .experiments.provenance import qualname as _qualname
+    from .identity import qualname as _qualname
 
     parts: list[tuple[str, Any]] = [(f"scheme {label!r}: selector {sel!r:.80}", sel)
                                     for label, sel in grid.built.items()]

@@ -14,22 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .experiments.executors import CellRunner as _Grid  # noqa: F401
-from .experiments.executors import Outcome as _Outcome  # noqa: F401
 from .experiments.executors import batches, resolve_batch_seeds, share_pools
 from .experiments.flower_records import FlowerRecordsError, load_flower_records, read_flower_records
-from .experiments.plan import FederationSource as _FederationSource  # noqa: F401
 from .experiments.plan import SelectorsArg, check_plan, run_settings, selector_table
-from .experiments.plan import check_clients_per_round as _check_clients_per_round  # noqa: F401
-from .experiments.plan import remove_tree as _remove_tree  # noqa: F401
-from .experiments.plan import settings_diff as _settings_diff  # noqa: F401
 from .experiments.plan import slug as _slug  # noqa: F401
 from .experiments.provenance import commit as _commit  # noqa: F401
 from .experiments.provenance import federation_fingerprint as _federation_fingerprint  # noqa: F401
 from .experiments.provenance import machine_info
-from .experiments.provenance import qualname as _qualname  # noqa: F401
 from .experiments.provenance import run_key as _key  # noqa: F401
-from .experiments.provenance import stable as _stable  # noqa: F401
 from .experiments.results import (
     MAX_CLIENTS,
     MAX_RESULT_BYTES,
@@ -40,14 +32,11 @@ from .experiments.results import (
     read_text,
     run_files,
 )
-from .experiments.results import failure_of as _failure_of  # noqa: F401
-from .experiments.results import parse_result as _parse_result  # noqa: F401
-from .experiments.results import read_result as _read_result  # noqa: F401
 from .experiments.run import run_comparison
 from .experiments.stats import holm, paired_summary
 
-# The imports with a leading underscore are names that moved into fedselect.experiments, kept for code that
-# imports them from here.
+# The imports with a leading underscore are names that moved into fedselect.experiments, kept because the CLI,
+# tests or benchmarks import them from here (_commit, _federation_fingerprint, _key, _slug; _batches below).
 __all__ = [
     "MAX_CLIENTS",
     "MAX_RESULT_BYTES",

@@ -14,7 +14,9 @@ and an entry point in the ``fedselect`` group of its distribution::
     mine = "fedselect_mine"
 
 The hooks: :func:`register_selectors`, :func:`register_datasets`, :func:`register_models`,
-:func:`register_partitions` and :func:`register_presets`.
+:func:`register_partitions`, :func:`register_presets`, and :func:`register_checks`, by which the
+module that defines a kind of registered object (:mod:`fedselect.presets` for presets) checks what
+plugins register, so that the registry imports none of the modules above it.
 """
 
 from __future__ import annotations
@@ -79,4 +81,18 @@ def register_presets(register: Callable[..., Any]) -> None:
     ``federation`` and ``trainer`` mappings are keyword arguments of
     :func:`fedselect.data.make_federation` and :class:`fedselect.FederatedTrainer`: what they
     leave out runs at those functions' defaults, on the command line as in Python.
+    """
+
+
+@hookspec
+def register_checks(register: Callable[..., Any]) -> None:
+    """Register the check of one kind of registered object: what the module that defines that kind knows.
+
+    Call ``register(check, name=kind)`` where ``kind`` is ``"selectors"``, ``"datasets"``,
+    ``"models"``, ``"partitions"`` or ``"presets"``, and ``check(obj, name)`` returns None for a
+    valid object registered under ``name``, else the problem, worded to follow "plugin 'P' "
+    (``"registered an invalid preset 'x': ..."``); the registry raises it as a
+    :class:`~fedselect.plugins.PluginError`. :mod:`fedselect.presets` registers the check of
+    presets, so the registry (:mod:`fedselect.plugins`) checks them without importing the trainer
+    their settings are checked against. One check per kind.
     """

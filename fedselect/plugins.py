@@ -25,6 +25,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from .identity import canonical
+from .selection import BaseSelector
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -179,8 +181,6 @@ def _collect(hook_name: str, check: Callable[[Any, str, str], None]) -> dict[str
 
 
 def _check_selector(obj: Any, name: str, plugin: str) -> None:
-    from .selection import BaseSelector
-
     if not (isinstance(obj, type) and issubclass(obj, BaseSelector)):
         raise PluginError(
             f"plugin {plugin!r} registered {obj!r} as selector {name!r}, but selectors must be classes "
@@ -215,23 +215,8 @@ def _check_partition(obj: Any, name: str, plugin: str) -> None:
         )
 
 
-def _check_preset(obj: Any, name: str, plugin: str) -> None:
-    from .presets import Preset, check_preset
-
-    if not isinstance(obj, Preset):
-        raise PluginError(
-            f"plugin {plugin!r} registered {obj!r:.80} as preset {name!r}, but presets must be "
-            "fedselect.presets.Preset instances"
-        )
-    if name != obj.name:
-        raise PluginError(
-            f"plugin {plugin!r} registered preset {obj.name!r} under the name {name!r}; a preset is "
-            "registered under its own name (register(preset), or name=preset.name)"
-        )
-    try:
-        check_preset(obj)
-    except (TypeError, ValueError) as exc:
-        raise PluginError(f"plugin {plugin!r} registered an invalid preset {name!r}: {exc}") from exc
+def _check_nothing(obj: Any, name: str, plugin: str) -> None:
+    """What a preset is, the registry does not know: :mod:`fedselect.presets` checks it (``register_checks``)."""
 
 
 _HOOKS: dict[str, tuple[str, Callable[[Any, str, str], None]]] = {
@@ -239,19 +224,35 @@ _HOOKS: dict[str, tuple[str, Callable[[Any, str, str], None]]] = {
     "datasets": ("register_datasets", _check_callable),
     "models": ("register_models", _check_callable),
     "partitions": ("register_partitions", _check_partition),
-    "presets": ("register_presets", _check_preset),
+    "presets": ("register_presets", _check_nothing),
+    "checks": ("register_checks", _check_callable),
 }
 
 
-def registry(kind: str) -> dict[str, Entry]:
-    """The table of ``kind`` (``"selectors"``, ``"datasets"``, ``"models"``, ``"partitions"`` or ``"presets"``).
+def _checked(kind: str, check: Callable[[Any, str, str], None]) -> Callable[[Any, str, str], None]:
+    """``check``, then the check registered for ``kind`` by the module that defines its objects, if any."""
+    owner = registry("checks").get(kind)
 
-    Every name and alias maps to its :class:`Entry`, in registration order (built-ins first).
+    def both(obj: Any, name: str, plugin: str) -> None:
+        check(obj, name, plugin)
+        problem = None if owner is None else owner.obj(obj, name)
+        if problem is not None:
+            raise PluginError(f"plugin {plugin!r} {problem}")
+
+    return both
+
+
+def registry(kind: str) -> dict[str, Entry]:
+    """The table of ``kind``: ``"selectors"``, ``"datasets"``, ``"models"``, ``"partitions"`` or ``"presets"``.
+
+    Every name and alias maps to its :class:`Entry`, in registration order (built-ins first). The
+    table ``"checks"`` holds the check of each kind registered by the module that defines it
+    (:func:`fedselect.hookspecs.register_checks`).
     """
-    hooks = _HOOKS
-    if kind not in hooks:
-        raise ValueError(f"unknown registry {kind!r}; expected one of {sorted(hooks)}")
-    return _collect(*hooks[kind])
+    if kind not in _HOOKS:
+        raise ValueError(f"unknown registry {kind!r}; expected one of {sorted(_HOOKS)}")
+    hook_name, check = _HOOKS[kind]
+    return _collect(hook_name, check if kind == "checks" else _checked(kind, check))
 
 
 def _canonical(table: dict[str, Entry]) -> dict[str, Entry]:
@@ -439,7 +440,8 @@ def register_plugin(plugin: ModuleType | object, *, name: str | None = None) -> 
         hint = (
             f"; {', '.join(undecorated)} must be decorated with @fedselect.hookimpl"
             if undecorated
-            else f"; define one of {', '.join(known)} decorated with @fedselect.hookimpl"
+            else f"; define one of {', '.join(n for n in known if n != 'register_checks')} decorated with "
+            "@fedselect.hookimpl"
         )
         raise PluginError(f"{label} holds no fedselect hook implementation{hint}")
     unknown = [n for n in impls if n not in known]
@@ -654,9 +656,7 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
         return f"{getattr(value, '__module__', '?')}:{value.__qualname__}"
-    from .simulation.checkpoint import _canonical  # random states by their state, modules by their weights
-
-    return str(_canonical(value))
+    return str(canonical(value))  # random states by their state, modules by their weights
 
 
 @dataclass(frozen=True)
@@ -807,8 +807,6 @@ def _check_param_names(cls: type, params: Mapping[str, Any], shown: str) -> None
 
 def as_selector_spec(spec: Any) -> SelectorSpec:
     """Normalise a selector given in any accepted form into a :class:`SelectorSpec` (see :func:`resolve_selector`)."""
-    from .selection import BaseSelector
-
     if isinstance(spec, SelectorSpec):
         return spec
     if isinstance(spec, str):
@@ -833,7 +831,6 @@ def as_selector_spec(spec: Any) -> SelectorSpec:
 
 def is_selector_spec_shape(value: Any) -> bool:
     """Whether ``value`` has the shape of a selector spec (no registry lookup; names are checked later)."""
-    from .selection import BaseSelector
 
     def what_ok(w: Any) -> bool:
         return isinstance(w, str) or (isinstance(w, type) and issubclass(w, BaseSelector))

@@ -17,14 +17,22 @@ from numbers import Integral, Real
 from typing import Any
 
 from .hookspecs import hookimpl
+from .plugins import _lookup
+from .plugins import list_presets as _list_presets
 
 __all__ = ["PRESETS", "Preset", "check_preset", "get_preset", "list_presets"]
 
 # The official FedCor code of July 2022 (commit 8ce23fb) in the parameters where it differs from the paper's
 # reading; a copy of fedselect.selectors.fedcor.CODE_2022 (this module imports no selector), checked equal by
 # tests/selectors/test_fedcor_2022.py.
-FEDCOR_2022_CODE: dict[str, Any] = {"theta": 0.8, "gp_history": "latest", "posterior_noise": True,
-                                    "warmup_fit_start": 10, "anneal_before_fit_start": True, "gp_round_offset": 1}
+FEDCOR_2022_CODE: dict[str, Any] = {
+    "theta": 0.8,
+    "gp_history": "latest",
+    "posterior_noise": True,
+    "warmup_fit_start": 10,
+    "anneal_before_fit_start": True,
+    "gp_round_offset": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,10 @@ def _fedcor_fmnist(
             "Pow-d": ("power-of-choice", {"d": 2 * c}),
             "FedCor": ("fedcor", {"warmup_rounds": 15, "gp_interval": 10, "beta": 0.95, "theta": 0.9}),
             # The code behind the paper's Table 1 (fedselect.selectors.fedcor.CODE_2022 with its FMNIST command)
-            "FedCor (2022 code)": ("fedcor", {"warmup_rounds": 15, "gp_interval": 10, "beta": 0.95,
-                                              **FEDCOR_2022_CODE}),
+            "FedCor (2022 code)": (
+                "fedcor",
+                {"warmup_rounds": 15, "gp_interval": 10, "beta": 0.95, **FEDCOR_2022_CODE},
+            ),
         },
         seeds=tuple(range(10)),  # rounds to target vary widely with the seed
         target=target,
@@ -101,8 +111,7 @@ def _fedcor_fmnist(
         "client's first 80 %, client losses measured on the other 20 %, plain-mean aggregation (Eq. 4). 'FedCor' is "
         "the paper's reading (appendix C's theta = 0.9, Algorithm 1 as printed); 'FedCor (2022 code)' is the "
         "official code of July 2022 that produced Table 1 (theta 0.8, noisy posterior, the GP fitted from round 10, "
-        "warm-up picks annealed: fedselect.selectors.fedcor.CODE_2022)."
-        + (" " + note if note else ""),
+        "warm-up picks annealed: fedselect.selectors.fedcor.CODE_2022)." + (" " + note if note else ""),
     )
 
 
@@ -195,8 +204,13 @@ PRESETS: dict[str, Preset] = {
         name="fedcor-cifar10-2spc",
         description="FedCor Table 1, CIFAR-10 2SPC: FedCor's CNN, N = 100, C = 5, 2000 rounds, target 62 % "
         "(needs the CIFAR-10 python batches: --data-dir or $FEDSELECT_DATA).",
-        federation={"dataset": "cifar10", "partition": "shards", "shards_per_client": 2, "n_clients": 100,
-                    "holdout": 0.2},
+        federation={
+            "dataset": "cifar10",
+            "partition": "shards",
+            "shards_per_client": 2,
+            "n_clients": 100,
+            "holdout": 0.2,
+        },
         trainer={
             "model": "cnn",
             "clients_per_round": 5,
@@ -214,8 +228,10 @@ PRESETS: dict[str, Preset] = {
             "AFL": ("afl", {}),
             "Pow-d": ("power-of-choice", {"d": 10}),
             "FedCor": ("fedcor", {"warmup_rounds": 20, "gp_interval": 50, "beta": 0.9, "theta": 0.99}),
-            "FedCor (2022 code)": ("fedcor", {"warmup_rounds": 20, "gp_interval": 50, "beta": 0.9,
-                                              **FEDCOR_2022_CODE, "theta": 0.97}),
+            "FedCor (2022 code)": (
+                "fedcor",
+                {"warmup_rounds": 20, "gp_interval": 50, "beta": 0.9, **FEDCOR_2022_CODE, "theta": 0.97},
+            ),
         },
         seeds=(0, 1, 2, 3, 4),
         target=0.62,
@@ -232,9 +248,11 @@ PRESETS: dict[str, Preset] = {
             description=f"FedLDCS Table 1 on Fashion-MNIST (in place of CIFAR-10): N = 10, K = {k}, "
             f"{'IID' if split == 'iid' else 'Dirichlet beta = ' + split[3:]}, FedCor's MLP, 1 epoch of batch 32, "
             "lr 0.01, 100 rounds; report the convergent round and the accuracy at round 100.",
-            federation={"dataset": "fmnist", "n_clients": 10,
-                        **({"partition": "iid"} if split == "iid" else {"partition": "dirichlet",
-                                                                         "alpha": float(split[3:])})},
+            federation={
+                "dataset": "fmnist",
+                "n_clients": 10,
+                **({"partition": "iid"} if split == "iid" else {"partition": "dirichlet", "alpha": float(split[3:])}),
+            },
             trainer={
                 "model": "mlp",
                 "clients_per_round": k,
@@ -259,16 +277,26 @@ PRESETS: dict[str, Preset] = {
             paper={
                 label: f"{figures[k - 7]} rounds, {figures[k - 4]:.2f} % (CIFAR-10)"
                 for label, figures in {
-                    "Random": {"iid": (70, 67, 73, 58.87, 60.07, 55.54), "dir0.6": (72, 69, 77, 56.87, 59.55, 62.46),
-                               "dir0.9": (75, 75, 71, 61.63, 57.69, 58.41)}[split],
-                    "Round robin (FLSim)": {"iid": (86, 89, 87, 58.55, 58.91, 58.07),
-                                            "dir0.6": (84, 80, 78, 58.22, 58.08, 61.81),
-                                            "dir0.9": (86, 76, 89, 61.94, 62.47, 60.46)}[split],
-                    "Importance sampling (FLSim)": {"iid": (74, 73, 71, 59.09, 59.10, 63.15),
-                                                    "dir0.6": (70, 73, 79, 62.66, 59.59, 64.13),
-                                                    "dir0.9": (86, 81, 87, 59.75, 62.40, 61.18)}[split],
-                    "LDCS": {"iid": (70, 65, 71, 63.50, 60.08, 63.78), "dir0.6": (74, 68, 70, 62.08, 62.95, 65.95),
-                             "dir0.9": (74, 73, 73, 62.98, 62.89, 63.89)}[split],
+                    "Random": {
+                        "iid": (70, 67, 73, 58.87, 60.07, 55.54),
+                        "dir0.6": (72, 69, 77, 56.87, 59.55, 62.46),
+                        "dir0.9": (75, 75, 71, 61.63, 57.69, 58.41),
+                    }[split],
+                    "Round robin (FLSim)": {
+                        "iid": (86, 89, 87, 58.55, 58.91, 58.07),
+                        "dir0.6": (84, 80, 78, 58.22, 58.08, 61.81),
+                        "dir0.9": (86, 76, 89, 61.94, 62.47, 60.46),
+                    }[split],
+                    "Importance sampling (FLSim)": {
+                        "iid": (74, 73, 71, 59.09, 59.10, 63.15),
+                        "dir0.6": (70, 73, 79, 62.66, 59.59, 64.13),
+                        "dir0.9": (86, 81, 87, 59.75, 62.40, 61.18),
+                    }[split],
+                    "LDCS": {
+                        "iid": (70, 65, 71, 63.50, 60.08, 63.78),
+                        "dir0.6": (74, 68, 70, 62.08, 62.95, 65.95),
+                        "dir0.9": (74, 73, 73, 62.98, 62.89, 63.89),
+                    }[split],
                 }.items()
             },
             notes="Our choice (no CIFAR-10 here): Fashion-MNIST + FedCor's 784-64-30-10 MLP (no dropout) in place of "
@@ -307,8 +335,12 @@ PRESETS: dict[str, Preset] = {
         },
         seeds=(0, 1, 2),
         target=0.6,
-        paper={"Random": "77 rounds, 62.46 %", "Round robin (FLSim)": "78 rounds, 61.81 %",
-               "Importance sampling (FLSim)": "79 rounds, 64.13 %", "LDCS": "70 rounds, 65.95 %"},
+        paper={
+            "Random": "77 rounds, 62.46 %",
+            "Round robin (FLSim)": "78 rounds, 61.81 %",
+            "Importance sampling (FLSim)": "79 rounds, 64.13 %",
+            "LDCS": "70 rounds, 65.95 %",
+        },
         notes="The paper's CNN is not specified beyond 'a CNN'; FedCor's CIFAR-10 CNN stands in. The paper does "
         "not give the local epochs or learning rate: 1 epoch and lr 0.01 as in the Fashion-MNIST presets.",
     ),
@@ -350,10 +382,18 @@ PRESETS: dict[str, Preset] = {
             paper={
                 label: figures[i]
                 for label, figures in {
-                    "fmnist": {"Random": ("200+", "200+", "158"), "Importance (OCS)": ("180", "116", "100"),
-                               "Cluster": ("145", "104", "75"), "HCSFed": ("81", "80", "75")},
-                    "mnist": {"Random": ("96", "42", "28"), "Importance (OCS)": ("35", "24", "22"),
-                              "Cluster": ("31", "16", "8"), "HCSFed": ("9", "8", "8")},
+                    "fmnist": {
+                        "Random": ("200+", "200+", "158"),
+                        "Importance (OCS)": ("180", "116", "100"),
+                        "Cluster": ("145", "104", "75"),
+                        "HCSFed": ("81", "80", "75"),
+                    },
+                    "mnist": {
+                        "Random": ("96", "42", "28"),
+                        "Importance (OCS)": ("35", "24", "22"),
+                        "Cluster": ("31", "16", "8"),
+                        "HCSFed": ("9", "8", "8"),
+                    },
                 }[ds].items()
             },
             notes="Our choices where the paper is silent: Dirichlet alpha = 0.1 (the paper's appendix with its value "
@@ -431,8 +471,12 @@ def _hcsfed_calibrated(base: Preset) -> Preset:
     )
 
 
-PRESETS.update({f"{name}-calibrated": _hcsfed_calibrated(PRESETS[name])
-                for name in ("hcsfed-fmnist-q0.1", "hcsfed-fmnist-q0.3", "hcsfed-fmnist-q0.5")})
+PRESETS.update(
+    {
+        f"{name}-calibrated": _hcsfed_calibrated(PRESETS[name])
+        for name in ("hcsfed-fmnist-q0.1", "hcsfed-fmnist-q0.3", "hcsfed-fmnist-q0.5")
+    }
+)
 
 #: The readings of HCSFed that Algorithm 2 leaves open, each row named for what it runs: the aggregation weights
 #: ("as printed": Algorithm 2, line 15's (N/m) omega_k; "unbiased (our reading)": p_k / pi_k), the cohesion S_h of
@@ -440,12 +484,30 @@ PRESETS.update({f"{name}-calibrated": _hcsfed_calibrated(PRESETS[name])
 #: (uniform_mix = 0.1). Every parameter that makes a reading is pinned, so a later change of a default never moves
 #: what a row means. See :func:`_hcsfed_readings`.
 HCSFED_READINGS: dict[str, dict[str, Any]] = {
-    **{f"HCSFed as printed{'' if c == 'std' else f', cohesion={c}'}":
-       {"weighting": "paper", "cohesion": c, "uniform_mix": 0.0} for c in ("std", "mean-pairwise", "pairwise-sum")},
-    **{f"HCSFed unbiased (our reading){'' if c == 'std' else f', cohesion={c}'}":
-       {"weighting": "inclusion", "cohesion": c, "uniform_mix": 0.0} for c in ("std", "mean-pairwise", "pairwise-sum")},
-    **{f"HCSFed unbiased (our reading){'' if c == 'std' else f', cohesion={c}'}, uniform_mix=0.1":
-       {"weighting": "inclusion", "cohesion": c, "uniform_mix": 0.1} for c in ("std", "mean-pairwise", "pairwise-sum")},
+    **{
+        f"HCSFed as printed{'' if c == 'std' else f', cohesion={c}'}": {
+            "weighting": "paper",
+            "cohesion": c,
+            "uniform_mix": 0.0,
+        }
+        for c in ("std", "mean-pairwise", "pairwise-sum")
+    },
+    **{
+        f"HCSFed unbiased (our reading){'' if c == 'std' else f', cohesion={c}'}": {
+            "weighting": "inclusion",
+            "cohesion": c,
+            "uniform_mix": 0.0,
+        }
+        for c in ("std", "mean-pairwise", "pairwise-sum")
+    },
+    **{
+        f"HCSFed unbiased (our reading){'' if c == 'std' else f', cohesion={c}'}, uniform_mix=0.1": {
+            "weighting": "inclusion",
+            "cohesion": c,
+            "uniform_mix": 0.1,
+        }
+        for c in ("std", "mean-pairwise", "pairwise-sum")
+    },
 }
 
 
@@ -458,8 +520,10 @@ def _hcsfed_readings(calibrated: Preset) -> Preset:
     paper says nothing about rounding).
     """
     q = calibrated.trainer["clients_per_round"] / calibrated.federation["n_clients"]
-    rows = {label: ("hcsfed", {**_HCSFED, "kmeans_n_init": 1, "rounding": "systematic", **reading})
-            for label, reading in HCSFED_READINGS.items()}
+    rows = {
+        label: ("hcsfed", {**_HCSFED, "kmeans_n_init": 1, "rounding": "systematic", **reading})
+        for label, reading in HCSFED_READINGS.items()
+    }
     return replace(
         calibrated,
         name=calibrated.name.replace("-calibrated", "-readings"),
@@ -482,9 +546,12 @@ def _hcsfed_readings(calibrated: Preset) -> Preset:
     )
 
 
-PRESETS.update({name.replace("-calibrated", "-readings"): _hcsfed_readings(PRESETS[name])
-                for name in ("hcsfed-fmnist-q0.1-calibrated", "hcsfed-fmnist-q0.3-calibrated",
-                             "hcsfed-fmnist-q0.5-calibrated")})
+PRESETS.update(
+    {
+        name.replace("-calibrated", "-readings"): _hcsfed_readings(PRESETS[name])
+        for name in ("hcsfed-fmnist-q0.1-calibrated", "hcsfed-fmnist-q0.3-calibrated", "hcsfed-fmnist-q0.5-calibrated")
+    }
+)
 
 
 #: What the recalibrated HCSFed presets change in the shared setting of ``hcsfed-fmnist-q*`` (issue 24, item 3): the
@@ -534,9 +601,12 @@ def _hcsfed_recalibrated(base: Preset, clients_per_round: int | None = None) -> 
         name, paper = "hcsfed-fmnist-full-recalibrated", {}
     else:
         rows = {label: spec for label, spec in base.selectors.items() if spec[0] != "hcsfed"}
-        rows.update({label: ("hcsfed", {**_HCSFED, "kmeans_n_init": 1, "rounding": "systematic",
-                                        **HCSFED_READINGS[label]})
-                     for label in HCSFED_RECALIBRATED_ROWS})
+        rows.update(
+            {
+                label: ("hcsfed", {**_HCSFED, "kmeans_n_init": 1, "rounding": "systematic", **HCSFED_READINGS[label]})
+                for label in HCSFED_RECALIBRATED_ROWS
+            }
+        )
         name, paper = f"{base.name}-recalibrated", dict(base.paper)
     q = trainer["clients_per_round"] / fed["n_clients"]
     return replace(
@@ -563,8 +633,12 @@ def _hcsfed_recalibrated(base: Preset, clients_per_round: int | None = None) -> 
     )
 
 
-PRESETS.update({f"{name}-recalibrated": _hcsfed_recalibrated(PRESETS[name])
-                for name in ("hcsfed-fmnist-q0.1", "hcsfed-fmnist-q0.3", "hcsfed-fmnist-q0.5")})
+PRESETS.update(
+    {
+        f"{name}-recalibrated": _hcsfed_recalibrated(PRESETS[name])
+        for name in ("hcsfed-fmnist-q0.1", "hcsfed-fmnist-q0.3", "hcsfed-fmnist-q0.5")
+    }
+)
 PRESETS["hcsfed-fmnist-full-recalibrated"] = _hcsfed_recalibrated(PRESETS["hcsfed-fmnist-q0.1"], 100)
 
 
@@ -573,6 +647,28 @@ def register_presets(register: Callable[..., Any]) -> None:
     """The built-in presets, registered through the hook plugins use."""
     for preset in PRESETS.values():
         register(preset)
+
+
+@hookimpl
+def register_checks(register: Callable[..., Any]) -> None:
+    """The check of every registered preset (the registry asks here, so that it imports no trainer)."""
+    register(_registered_preset_problem, name="presets")
+
+
+def _registered_preset_problem(obj: Any, name: str) -> str | None:
+    """What is wrong with a preset a plugin registered under ``name``, or None (see ``register_checks``)."""
+    if not isinstance(obj, Preset):
+        return f"registered {obj!r:.80} as preset {name!r}, but presets must be fedselect.presets.Preset instances"
+    if name != obj.name:
+        return (
+            f"registered preset {obj.name!r} under the name {name!r}; a preset is registered under its own name "
+            "(register(preset), or name=preset.name)"
+        )
+    try:
+        check_preset(obj)
+    except (TypeError, ValueError) as exc:
+        return f"registered an invalid preset {name!r}: {exc}"
+    return None
 
 
 def check_preset(preset: Preset) -> None:
@@ -603,19 +699,29 @@ def check_preset(preset: Preset) -> None:
     accepted = set(inspect.signature(FederatedTrainer.__init__).parameters) - {"self", "selector", "random_state"}
     unknown = sorted(set(preset.trainer) - accepted)
     if unknown:
-        raise ValueError(f"trainer sets {', '.join(map(repr, unknown))}, which FederatedTrainer does not take "
-                         "(selector and random_state are set per row and seed)")
+        raise ValueError(
+            f"trainer sets {', '.join(map(repr, unknown))}, which FederatedTrainer does not take "
+            "(selector and random_state are set per row and seed)"
+        )
     if "random_state" in preset.federation:
         raise ValueError("federation sets random_state, which is each run's seed")
     if not preset.selectors:
         raise ValueError("selectors is empty; a preset compares at least one scheme")
     for label, row in preset.selectors.items():
-        if not (isinstance(label, str) and isinstance(row, tuple | list) and len(row) == 2
-                and isinstance(row[0], str) and isinstance(row[1], Mapping)):
+        if not (
+            isinstance(label, str)
+            and isinstance(row, tuple | list)
+            and len(row) == 2
+            and isinstance(row[0], str)
+            and isinstance(row[1], Mapping)
+        ):
             raise TypeError(f"selectors[{label!r}] must be (registered name, parameters), got {row!r:.80}")
     seeds = tuple(preset.seeds)
-    if not seeds or any(isinstance(s, bool) or not isinstance(s, Integral) or s < 0 for s in seeds) \
-            or len(set(seeds)) != len(seeds):
+    if (
+        not seeds
+        or any(isinstance(s, bool) or not isinstance(s, Integral) or s < 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
         raise ValueError(f"seeds must be distinct integers >= 0, got {preset.seeds!r}")
     if isinstance(preset.target, bool) or not isinstance(preset.target, Real) or not 0 < preset.target <= 1:
         raise ValueError(f"target must be a test accuracy in (0, 1], got {preset.target!r}")
@@ -623,13 +729,9 @@ def check_preset(preset: Preset) -> None:
 
 def list_presets() -> list[str]:
     """Names of every registered preset, built-in and from plugins, sorted."""
-    from .plugins import list_presets as _list
-
-    return _list()
+    return _list_presets()
 
 
 def get_preset(name: str) -> Preset:
     """The preset registered as ``name``, built-in or from a plugin; a KeyError lists the known ones."""
-    from .plugins import _lookup
-
     return _lookup("presets", name).obj

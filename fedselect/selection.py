@@ -634,15 +634,15 @@ class BaseSelector(BaseEstimator):
 
     def identifying_params(self) -> dict[str, Any]:
         """``get_params(deep=False)`` without the parameters added after runs were recorded that are at their
-        original default (the table is :data:`fedselect.experiments.provenance.ADDED_LATER`)."""
-        from .experiments.provenance import identifying_params
+        original default (the table is :data:`fedselect.identity.ADDED_LATER`)."""
+        from .identity import identifying_params
 
         return identifying_params(self)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # A selector pickled (e.g. in a checkpoint) before a parameter existed gets that parameter's original
         # default, which is what it ran with.
-        from .experiments.provenance import later_defaults
+        from .identity import later_defaults
 
         for k, v in later_defaults(type(self)).items():
             state.setdefault(k, v)

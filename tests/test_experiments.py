@@ -1,8 +1,7 @@
-"""The experiments package: its import graph, the provenance tables, planning, and one report per folder."""
+"""The experiments package: every module imports, the provenance tables, planning, and one report per folder."""
 
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 import warnings
@@ -17,104 +16,13 @@ from fedselect.experiments.results import Comparison, load_comparison, parse_res
 from fedselect.simulation.costs import Costs
 from fedselect.simulation.history import History, RoundRecord
 from tests.test_cli import SMALL as CLI_SMALL
+from tests.test_import_graph import _modules
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedselect"
 SMALL = [*CLI_SMALL, "--target", "0.3", "--seeds", "0", "1"]  # the CLI tests' small run: a reachable target, 2 seeds
 
 
-# -- the import graph ---------------------------------------------------------------------------------------------
-
-
-def _modules() -> dict[str, tuple[Path, bool]]:
-    out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        is_package = parts[-1] == "__init__"
-        out[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
-    return out
-
-
-def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement, at module level or in a function, except those under ``if TYPE_CHECKING:``."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the fedselect modules it imports (module- and function-level; a package's ``__init__`` counts
-    as imported with any of its modules, except by its own modules, which Python imports after it)."""
-    modules = _modules()
-    graph: dict[str, set[str]] = {}
-    for name, (path, is_package) in modules.items():
-        edges: set[str] = set()
-        for node in _runtime_imports(ast.parse(path.read_text())):
-            targets: set[str] = set()
-            if isinstance(node, ast.Import):
-                targets = {a.name for a in node.names if a.name.split(".")[0] == "fedselect"}
-            else:
-                if node.level:
-                    base = name.split(".") if is_package else name.split(".")[:-1]
-                    base = base[: len(base) - node.level + 1]
-                    target = ".".join([*base, *([node.module] if node.module else [])])
-                else:
-                    target = node.module or ""
-                if target.split(".")[0] == "fedselect":
-                    targets = {target} | {f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules}
-            for target in targets:
-                parts = target.split(".")
-                for i in range(2, len(parts) + 1):
-                    mod = ".".join(parts[:i])
-                    if mod in modules and not (name == mod or name.startswith(mod + ".")):
-                        edges.add(mod)
-        graph[name] = edges
-    return graph
-
-
-def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The components of mutually reachable modules with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[set[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = set()
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.add(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(comp)
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
+# -- every module imports (the import graph's checks are in tests/test_import_graph.py) ------------------------------
 
 
 def test_every_module_imports():
@@ -127,33 +35,6 @@ def test_every_module_imports():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             importlib.import_module(name)
-
-
-def test_no_import_cycle_runs_through_the_experiments_grid_or_data_sources():
-    graph = import_graph()
-    assert {"fedselect.compare", "fedselect._grid", "fedselect.experiments.provenance"} <= set(graph)
-    assert "fedselect.experiments.run" in graph["fedselect.compare"]  # the graph sees imports at all
-    assert "fedselect.experiments.provenance" in graph["fedselect.simulation.resume"]  # ... and in functions
-    guarded = {
-        m
-        for m in graph
-        if m in ("fedselect.compare", "fedselect._grid", "fedselect.data.sources")
-        or m.startswith("fedselect.experiments")
-    }
-    # The plugin registry is a hub by design (pluggy's lazy load, DESIGN "Plugins"): every registry lookup
-    # (a partition's or preset's name, a selector's) imports fedselect.plugins inside a function, and the
-    # registry's checks import what they check. Those lookups are not module structure; without the hub, no
-    # cycle may pass through the experiments package, compare, _grid or data.sources.
-    hub = "fedselect.plugins"
-    structural = {m: {d for d in deps if d != hub} for m, deps in graph.items() if m != hub}
-    cycles = [sorted(c) for c in strongly_connected(structural) if c & guarded]
-    assert not cycles, f"import cycles through {sorted(guarded)}: {cycles}"
-
-
-def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
-    graph = import_graph()
-    graph["fedselect.experiments.provenance"] = graph["fedselect.experiments.provenance"] | {"fedselect.plugins"}
-    assert any("fedselect.experiments.provenance" in c for c in strongly_connected(graph))
 
 
 # -- provenance ---------------------------------------------------------------------------------------------------

@@ -478,3 +478,38 @@ def test_a_preset_hook_that_raises_names_the_plugin():
             plugins.list_presets()
     finally:
         pm.unregister(name="raising-presets")
+
+
+def test_the_presets_module_checks_presets_through_register_checks():
+    """The registry checks a preset with the check fedselect.presets registers, and imports no presets itself."""
+    entry = plugins.registry("checks")["presets"]
+    assert entry.plugin == "fedselect.presets"
+    assert entry.obj("not a preset", "x").endswith("presets must be fedselect.presets.Preset instances")
+
+
+def test_a_plugin_can_check_its_kind_and_a_second_check_of_a_kind_is_refused():
+    checking = types.ModuleType("p_checking")
+
+    @hookimpl
+    def register_checks(register):
+        register(lambda obj, name: "registered a badly named dataset" if name == "not-ok" else None, name="datasets")
+
+    @hookimpl
+    def register_datasets(register):
+        register(lambda **kw: None, name="not-ok")
+
+    checking.register_checks, checking.register_datasets = register_checks, register_datasets
+    with pytest.raises(PluginError, match=r"plugin 'checking-plugin' registered a badly named dataset"):
+        plugins.register_plugin(checking, name="checking-plugin")
+    assert pm.get_plugin("checking-plugin") is None and "digits" in plugins.list_datasets()
+
+    second = types.ModuleType("p_second_check")
+
+    @hookimpl
+    def register_checks(register):
+        register(lambda obj, name: None, name="presets")
+
+    second.register_checks = register_checks
+    with pytest.raises(PluginError, match=r"'presets' is registered twice, by plugin 'fedselect.presets'"):
+        plugins.register_plugin(second, name="second-check")
+    assert pm.get_plugin("second-check") is None

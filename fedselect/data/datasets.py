@@ -47,6 +47,7 @@ from sklearn.utils import check_random_state
 
 from .._pickle_scan import scan_pickle
 from ..hookspecs import hookimpl
+from ..plugins import get_dataset_loader
 
 __all__ = [
     "CIFAR10_NORMALIZE",
@@ -635,8 +636,6 @@ def load_dataset(name: str, data_dir: PathLike | None = None, download: bool = F
     KeyError
         Unknown name; the message lists the registered datasets.
     """
-    from ..plugins import get_dataset_loader
-
     return get_dataset_loader(name)(data_dir=data_dir, download=download, **kwargs)
 
 

@@ -7,20 +7,18 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from numbers import Integral, Real
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sklearn.utils import check_random_state
 
 from .._validation import InstanceOf, Interval, Predicate, validate_parameters
+from ..profiles import SystemProfiles, homogeneous, sample_profiles
+from ..selection import ClientPool
 from .datasets import PathLike, _check_sizes, load_dataset, make_synthetic
 from .partition import RegisteredPartition
 from .partition import partition as _partition_by_name
-
-if TYPE_CHECKING:
-    from ..profiles import SystemProfiles
-    from ..selection import ClientPool
-    from .sources import FederationParts
+from .sources import FederationParts, parts_from_datasets, parts_from_partitioner
 
 __all__ = ["PROFILE_KINDS", "Federation", "describe_profiles", "make_federation", "resolve_profiles", "split_holdout"]
 
@@ -164,8 +162,6 @@ class Federation:
                 if idx.size == 0:
                     raise ValueError(f"Federation: client {k} has no held-out data (eval_indices[{k}] is empty)")
         if self.profiles is not None:
-            from ..profiles import SystemProfiles
-
             if not isinstance(self.profiles, SystemProfiles):
                 raise TypeError(
                     f"Federation: profiles must be a fedselect.profiles.SystemProfiles or None, got "
@@ -255,8 +251,6 @@ class Federation:
         >>> Federation.from_datasets(per_client, (X[80:], y[80:])).n_samples.tolist()
         [20, 20, 20, 20]
         """
-        from .sources import parts_from_datasets
-
         return _assemble(
             parts_from_datasets(
                 train,
@@ -333,8 +327,6 @@ class Federation:
         >>> part.dataset = Dataset.from_dict({"x": X_train, "label": y_train})  # doctest: +SKIP
         >>> fed = Federation.from_partitioner(part, test=(X_test, y_test))  # doctest: +SKIP
         """
-        from .sources import parts_from_partitioner
-
         return _assemble(
             parts_from_partitioner(
                 partitioner,
@@ -412,8 +404,6 @@ class Federation:
     def client_pool(self) -> ClientPool:
         """The federation as a selector sees it: client sizes n_k and label histograms (metadata "labels",
         absent for a regression federation)."""
-        from ..selection import ClientPool
-
         if self.regression:
             return ClientPool(self.n_samples, metadata={})
         return ClientPool(self.n_samples, metadata={"labels": self.label_histogram()})
@@ -548,8 +538,6 @@ _PROFILES_STREAM = 0x70726F66  # "prof": the tag of the profiles' own random str
 
 
 def _is_system_profiles(value: Any) -> bool:
-    from ..profiles import SystemProfiles
-
     return isinstance(value, SystemProfiles)
 
 
@@ -628,8 +616,6 @@ def resolve_profiles(spec: Any, n_clients: int, random_state: Any = None) -> Sys
     >>> resolve_profiles({"kind": "homogeneous", "latency": 0.1}, 3).latency.tolist()
     [0.1, 0.1, 0.1]
     """
-    from ..profiles import SystemProfiles, homogeneous, sample_profiles
-
     if spec is None:
         return None
     if isinstance(spec, SystemProfiles):

@@ -47,6 +47,7 @@ from sklearn.utils import check_random_state
 
 from .._validation import Constraint
 from ..hookspecs import hookimpl
+from ..plugins import registry
 
 __all__ = [
     "PARTITIONS",
@@ -475,8 +476,6 @@ class _Registry(Mapping[str, Callable[..., list[np.ndarray]]]):
     """
 
     def _table(self) -> dict[str, Any]:
-        from ..plugins import registry
-
         return registry("partitions")
 
     def __getitem__(self, name: str) -> Callable[..., list[np.ndarray]]:

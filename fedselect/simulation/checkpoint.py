@@ -53,8 +53,7 @@ import numpy as np
 
 from .._npy import read_npy_member
 from .._pickle_scan import scan_pickle
-from ..experiments.provenance import canonical as _canonical  # noqa: F401  (fedselect.plugins imports it here)
-from ..experiments.provenance import flatten_config
+from ..identity import flatten_config
 
 __all__ = [
     "Checkpoint",

@@ -77,13 +77,13 @@ class Checkpointer:
 
     Notes
     -----
-    The fingerprint is computed once (:func:`fedselect.experiments.provenance.checkpoint_fingerprint`, plus the
+    The fingerprint is computed once (:func:`fedselect.identity.checkpoint_fingerprint`, plus the
     devices of an observed clock); the rounds already converted to JSON are kept between writes, so a write costs
     O(new rounds) Python work plus serialising the selector and the model and one fsync.
     """
 
     def __init__(self, setup: RunSetup, fed: Any, selector: BaseSelector, theta0: torch.Tensor) -> None:
-        from ..experiments.provenance import checkpoint_fingerprint
+        from ..identity import checkpoint_fingerprint
 
         tr = setup.trainer
         self.path = Path(tr.checkpoint_dir) / CHECKPOINT_FILE
