@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from .optim import flat_settings
+
 __all__ = [
     "ADDED_LATER",
     "NOT_IDENTIFYING",
@@ -72,6 +74,7 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         # every run before this option computed, charged and timed each reporter's loss on w^t, needed or not; the
         # default ("auto": only for a selector whose needs has "losses") is left in a checkpoint's identity
         "feedback_losses": "always",
+        "optimizer": None,  # the local optimiser as one value; runs before it spelled its settings flat
     },
     "fedselect.selectors.clustered:ClusteredSamplingSelector": {"similarity": "dense", "n_neighbors": 10},
     "fedselect.selectors.ocs:OptimalClientSamplingSelector": {"max_trained": None},
@@ -140,6 +143,7 @@ def trainer_identity(trainer: Any) -> dict[str, Any]:
     for klass in type(trainer).__mro__:
         skip.update(NOT_IDENTIFYING.get(f"{klass.__module__}:{klass.__qualname__}", ()))
     params = {k: v for k, v in trainer.get_params(deep=False).items() if k not in skip}
+    params = flat_settings(params)  # LocalSGD(lr=0.1) and the flat lr=0.1 are one run
     dropped = _at_old_default(params, later_defaults(type(trainer)))
     return {k: v for k, v in params.items() if k not in dropped}
 

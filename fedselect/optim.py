@@ -17,13 +17,17 @@ every computing path of the engine; :class:`LocalSGD` carries them as one value,
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
 from typing import Any, ClassVar
 
 from ._validation import Interval, InvalidParameterError, validate_parameters
 
-__all__ = ["LocalSGD", "OPTIMIZER_KEYS"]
+__all__ = ["LocalSGD", "OPTIMIZER_KEYS", "flat_settings", "resolve_optimizer"]
 
 #: The flat keyword names each field of :class:`LocalSGD` had (and keeps, for a deprecation
 #: period) on :class:`~fedselect.FederatedTrainer`; stored run keys use these names.
@@ -94,3 +98,53 @@ class LocalSGD:
     def to_dict(self) -> dict[str, Any]:
         """The settings as the flat ``{name: value}`` mapping stored run keys use."""
         return {k: getattr(self, k) for k in OPTIMIZER_KEYS}
+
+
+def _outside_the_package() -> int:
+    """The ``stacklevel`` of the innermost frame outside fedselect (the user's call), from the caller of warn."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def resolve_optimizer(owner: Any, optimizer: LocalSGD | None, flat: Mapping[str, Any]) -> LocalSGD:
+    """The local optimiser an estimator's parameters give: ``optimizer`` or its flat keywords, never both.
+
+    ``flat`` holds the deprecated flat keywords (:data:`OPTIMIZER_KEYS`) as the owner has them. With
+    ``optimizer`` given, every flat keyword must be at its default (else an error naming both); without it,
+    a flat keyword away from its default warns (``DeprecationWarning``, attributed to the caller outside
+    fedselect, so a script sees it and the command line does not; they keep working for a deprecation
+    period) and the settings are built from them.
+    """
+    name = owner if isinstance(owner, str) else type(owner).__name__
+    default = LocalSGD().to_dict()
+    changed = {k: v for k, v in flat.items() if k in default and v != default[k]}
+    if optimizer is not None:
+        if changed:
+            given = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+            raise InvalidParameterError(
+                f"{name}: optimizer={optimizer!r} and the flat keyword(s) {given} are both set; give the local "
+                "optimiser's settings once, in optimizer=LocalSGD(...)"
+            )
+        return optimizer
+    if changed:
+        given = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+        warnings.warn(
+            f"{name}: the flat optimiser keywords ({given}) are deprecated and will be removed in fedselect 1.0; "
+            f"pass optimizer=LocalSGD({given}) instead (fedselect.LocalSGD)",
+            DeprecationWarning,
+            stacklevel=_outside_the_package(),
+        )
+    return LocalSGD(**{k: flat.get(k, default[k]) for k in OPTIMIZER_KEYS})
+
+
+def flat_settings(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with an ``optimizer`` entry written back as the flat keywords (what run keys and recorded
+    settings hold, so one run has one identity however its optimiser was spelled)."""
+    out = {k: v for k, v in params.items() if k != "optimizer"}
+    opt = params.get("optimizer")
+    if isinstance(opt, LocalSGD):
+        out.update(opt.to_dict())
+    return out

@@ -41,3 +41,42 @@ def test_frozen_and_with_lr():
     assert other.lr == 0.025 and other.weight_decay == 1e-4 and opt.lr == 0.1
     with pytest.raises(InvalidParameterError):
         opt.with_lr(math.inf)
+
+
+# -- the trainer takes it -------------------------------------------------------------------------------------------
+
+
+def _fit(fed, **kw):
+    from fedselect import FederatedTrainer
+
+    return FederatedTrainer(selector="random", rounds=2, clients_per_round=3, random_state=0, **kw).fit(fed)
+
+
+def test_the_trainer_trains_the_same_bits_with_optimizer_as_with_flat_keywords(digits_fed):
+    import warnings
+
+    import numpy as np
+
+    from fedselect.identity import trainer_identity
+
+    settings = dict(lr=0.1, momentum=0.5, nesterov=True, weight_decay=1e-3, prox_mu=0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        flat = _fit(digits_fed, **settings)
+    one = _fit(digits_fed, optimizer=LocalSGD(**settings))
+    assert np.array_equal(flat.parameters_, one.parameters_)
+    assert flat.history_.config["trainer"] == one.history_.config["trainer"]  # recorded settings: flat keys
+    assert "optimizer" not in one.history_.config["trainer"]
+    assert trainer_identity(flat) == trainer_identity(one)  # one run, one key
+
+
+def test_flat_keywords_warn_and_setting_both_is_an_error(digits_fed):
+    with pytest.warns(DeprecationWarning, match=r"flat optimiser keywords \(lr=0.1\).*optimizer=LocalSGD\(lr=0.1\)"):
+        _fit(digits_fed, lr=0.1)
+    with pytest.raises(InvalidParameterError, match=r"optimizer=LocalSGD.*lr=0.1 are both set"):
+        _fit(digits_fed, lr=0.1, optimizer=LocalSGD(lr=0.2))
+
+
+def test_a_schedule_that_gives_a_bad_step_size_is_an_error_naming_it(digits_fed):
+    with pytest.raises(InvalidParameterError, match=r"lr_schedule gave lr=0.0 for round 1"):
+        _fit(digits_fed, lr_schedule=lambda t: 0.1 if t == 0 else 0.0)

@@ -104,8 +104,7 @@ class _Data:
     def train_compatible(self, a: TrainingRequest, b: TrainingRequest) -> bool:
         ea, eb = a.engine, b.engine
         return (ea.batch_key() == eb.batch_key()
-                and (a.weight_decay, a.prox_mu, a.momentum, a.nesterov)
-                == (b.weight_decay, b.prox_mu, b.momentum, b.nesterov)
+                and a.optimizer.with_lr(1.0) == b.optimizer.with_lr(1.0)  # all but the step size, per run
                 and self.same(ea.X, eb.X) and self.same(ea.y, eb.y))
 
     def test_compatible(self, ea: Engine, eb: Engine) -> bool:
@@ -261,8 +260,8 @@ def _answer_training(runs: list[_Run], data: _Data, note: Callable[[str], None])
         try:
             deltas, states = lead.engine.train_runs(
                 [q.theta for q in reqs], [q.batches for q in reqs], lrs=[q.lr for q in reqs],
-                dropout_seeds=[q.dropout_seed for q in reqs], weight_decay=lead.weight_decay,
-                prox_mu=lead.prox_mu, momentum=lead.momentum, nesterov=lead.nesterov,
+                dropout_seeds=[q.dropout_seed for q in reqs],
+                **{k: v for k, v in lead.optimizer.to_dict().items() if k != "lr"},
             )
         except Exception as exc:  # raised in every run of the group, where fit would have raised it
             for run in group:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from .._console import bars_wanted
+from .._validation import InvalidParameterError
 from ..clock import SimulatedClock
 from ..ledger import RoundLedger
 from ..round import OpenRound, open_round
@@ -273,7 +274,13 @@ def _open(trainer: Any, state: RunState) -> tuple[OpenRound, RoundLedger, Any, R
     """Round t's clients and oracle, and the selection: the open round, its ledger, its clock, its record."""
 
     t, setup, fed = state.t, state.setup, state.fed
-    lr = lr_at(trainer.lr, trainer.lr_schedule, t)
+    lr = lr_at(setup.optimizer.lr, trainer.lr_schedule, t)
+    try:
+        opt = setup.optimizer.with_lr(lr)
+    except InvalidParameterError:
+        raise InvalidParameterError(
+            f"FederatedTrainer: lr_schedule gave lr={lr!r} for round {t}; a step size must be a finite number > 0"
+        ) from None
     n = trainer.clients_per_round
     unavailable = setup.unavailable(t)
     rc = keep = online = None
@@ -294,13 +301,9 @@ def _open(trainer: Any, state: RunState) -> tuple[OpenRound, RoundLedger, Any, R
         fed.client_indices,
         ledger,
         theta=state.theta,
-        lr=lr,
+        optimizer=opt,
         schedule=setup.schedule,
         train_seed=setup.train_seed,
-        weight_decay=trainer.weight_decay,
-        prox_mu=trainer.prox_mu,
-        momentum=float(trainer.momentum),
-        nesterov=bool(trainer.nesterov),
         buffers=state.buffers,
         aggregation_weights=setup.rule_weights,
         dropout_seed=lambda purpose: setup.dropout_seed(t, purpose),

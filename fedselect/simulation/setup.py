@@ -20,6 +20,7 @@ import torch
 from .._validation import validate_parameters
 from ..aggregation import aggregation_weights
 from ..clock import SimulatedClock
+from ..optim import OPTIMIZER_KEYS, flat_settings, resolve_optimizer
 from ..selection import BaseSelector, Selection, check_param, is_int, is_real
 from .engine import Engine, LocalSchedule, device_setting
 from .models import build_model
@@ -64,6 +65,8 @@ class RunSetup:
         _check(trainer, fed)
         self.n_clients = int(fed.n_clients)
         self.n_samples = fed.n_samples
+        #: The local optimiser (``optimizer`` or the deprecated flat keywords, checked and warned about here).
+        self.optimizer = resolve_optimizer(trainer, trainer.optimizer, {k: getattr(trainer, k) for k in OPTIMIZER_KEYS})
         self.report_prob = self._report_probabilities(fed)  # a callable availability runs once, here
         self.profiles, self.clock_observed = self._clock_profiles(fed)
         s = trainer.lr_schedule
@@ -222,6 +225,7 @@ class RunSetup:
         """The run's settings as plain values (``history_.config``)."""
         tr = self.trainer
         params = {k: v for k, v in tr.get_params(deep=False).items() if k not in _NOT_SETTINGS}
+        params = flat_settings(params)  # the optimiser as the flat keys runs recorded before it held
         if isinstance(params.get("model"), torch.nn.Module):
             params["model"] = type(params["model"]).__name__
         for key in ("model", "loss"):

@@ -14,6 +14,7 @@ from typing_extensions import Self
 
 from .._validation import Constraint, InstanceOf, Interval, StrOptions
 from ..ledger import PARTIAL_WEIGHTS
+from ..optim import LocalSGD
 from ..selection import BaseSelector
 from ._compiled import PATHS
 from .engine import DEVICE_CONSTRAINTS, LOSSES
@@ -108,6 +109,10 @@ class FederatedTrainer(BaseEstimator):
         with their multiplicity. Weights a selection carries are applied as given.
     prox_mu : float, default 0.0
         FedProx's proximal term coefficient (0 = FedAvg).
+    optimizer : LocalSGD, optional
+        The local optimiser's settings as one value (:class:`fedselect.LocalSGD`); the five flat keywords
+        above (``lr``, ``momentum``, ``nesterov``, ``weight_decay``, ``prox_mu``) are deprecated spellings of
+        it (they warn when set, and setting both is an error). A run's key and settings hold the flat values.
     target_accuracy : float, optional
         Stop once the test accuracy reaches it (when ``stop_at_target``).
     stop_at_target : bool, default True
@@ -264,6 +269,7 @@ class FederatedTrainer(BaseEstimator):
         weight_decay: float = 0.0,
         aggregation: str = "data-size",
         prox_mu: float = 0.0,
+        optimizer: LocalSGD | None = None,
         target_accuracy: float | None = None,
         stop_at_target: bool = True,
         time_budget: float | None = None,
@@ -307,6 +313,7 @@ class FederatedTrainer(BaseEstimator):
         self.weight_decay = weight_decay
         self.aggregation = aggregation
         self.prox_mu = prox_mu
+        self.optimizer = optimizer
         self.target_accuracy = target_accuracy
         self.stop_at_target = stop_at_target
         self.time_budget = time_budget
@@ -355,6 +362,7 @@ class FederatedTrainer(BaseEstimator):
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "aggregation": [StrOptions(_AGGREGATIONS)],
         "prox_mu": [Interval(Real, 0, None, closed="left")],
+        "optimizer": [None, InstanceOf(LocalSGD, "a fedselect.LocalSGD")],
         "target_accuracy": [None, Interval(Real, 0, 1, closed="right")],
         "stop_at_target": ["boolean"],
         "time_budget": [None, Interval(Real, 0, None, closed="neither")],

@@ -19,6 +19,7 @@ import torch
 from ..aggregation import apply_deltas
 from ..clock import RoundClock
 from ..ledger import RoundLedger
+from ..optim import LocalSGD
 from ..round import RoundOracle
 from ..selection import Selection
 from .engine import Engine, LocalSchedule, aggregate_buffers
@@ -42,11 +43,7 @@ class TrainingRequest:
     engine: Engine
     theta: torch.Tensor
     batches: list[list[np.ndarray]]
-    lr: float
-    weight_decay: float
-    prox_mu: float
-    momentum: float
-    nesterov: bool
+    optimizer: LocalSGD  # the round's: lr is w^t's scheduled step size
     dropout_seed: int
     buffers: Mapping[str, torch.Tensor] | None
     sample_losses: bool = False
@@ -57,16 +54,17 @@ class TrainingRequest:
         return self.engine.train(  # type: ignore[return-value]
             self.theta,
             self.batches,
-            lr=self.lr,
-            weight_decay=self.weight_decay,
-            prox_mu=self.prox_mu,
-            momentum=self.momentum,
-            nesterov=self.nesterov,
+            **self.optimizer.to_dict(),
             dropout_seed=self.dropout_seed,
             buffers=self.buffers,
             return_buffers=True,
             sample_losses=self.sample_losses,
         )
+
+    @property
+    def lr(self) -> float:
+        """The round's step size."""
+        return self.optimizer.lr
 
     @property
     def samples(self) -> np.ndarray:
@@ -107,7 +105,7 @@ class EngineClients:
         t: the minibatch streams are ``(train_seed, t, k)``.
     theta : Tensor, shape (D,)
         w^t.
-    lr, schedule, train_seed, weight_decay, prox_mu, momentum, nesterov, buffers, dropout_seed, n_samples,
+    optimizer, schedule, train_seed, buffers, dropout_seed, n_samples,
     sample_losses
         As :class:`SimulationOracle`'s.
     """
@@ -119,13 +117,9 @@ class EngineClients:
         *,
         round: int,
         theta: torch.Tensor,
-        lr: float,
+        optimizer: LocalSGD,
         schedule: LocalSchedule,
         train_seed: int,
-        weight_decay: float,
-        prox_mu: float,
-        momentum: float,
-        nesterov: bool,
         buffers: Mapping[str, torch.Tensor] | None,
         dropout_seed: Callable[[str], int],
         n_samples: np.ndarray,
@@ -135,13 +129,9 @@ class EngineClients:
         self.client_indices = client_indices
         self.round = int(round)
         self.theta = theta
-        self.lr = lr
+        self.optimizer = optimizer
         self.schedule = schedule
         self.train_seed = int(train_seed)
-        self.weight_decay = weight_decay
-        self.prox_mu = prox_mu
-        self.momentum = momentum
-        self.nesterov = nesterov
         self.buffers = buffers
         self.dropout_seed = dropout_seed
         self.n_samples = n_samples
@@ -156,11 +146,7 @@ class EngineClients:
             engine=self.engine,
             theta=self.theta,
             batches=batches,
-            lr=self.lr,
-            weight_decay=self.weight_decay,
-            prox_mu=self.prox_mu,
-            momentum=self.momentum,
-            nesterov=self.nesterov,
+            optimizer=self.optimizer,
             dropout_seed=self.dropout_seed(purpose),
             buffers=self.buffers,
             sample_losses=self.sample_losses,
@@ -189,7 +175,7 @@ class EngineClients:
         if bool(bad.any()):
             raise FloatingPointError(
                 f"round {self.round}: the local training of client(s) {ids[bad.numpy()][:5].tolist()} diverged "
-                f"(non-finite update at lr={self.lr:g}); lower the learning rate"
+                f"(non-finite update at lr={self.optimizer.lr:g}); lower the learning rate"
             )
         return list(deltas)
 
@@ -252,16 +238,12 @@ class SimulationOracle(RoundOracle):
         The round's bookkeeping (clients unavailable this round are already marked failed).
     theta : Tensor, shape (D,)
         w^t.
-    lr : float
-        The round's learning rate.
+    optimizer : LocalSGD
+        The local optimiser with the round's learning rate.
     schedule : LocalSchedule
         Local work per client.
     train_seed : int
         Seeds the minibatch streams ``(train_seed, round, k)``.
-    weight_decay, prox_mu, momentum : float
-        As in :class:`FederatedTrainer`.
-    nesterov : bool
-        As in :class:`FederatedTrainer`.
     buffers : dict of str to Tensor, optional
         The global model's buffers at w^t (batch norm statistics); None for a model without.
     aggregation_weights : callable
@@ -300,13 +282,9 @@ class SimulationOracle(RoundOracle):
         ledger: RoundLedger,
         *,
         theta: torch.Tensor,
-        lr: float,
+        optimizer: LocalSGD,
         schedule: LocalSchedule,
         train_seed: int,
-        weight_decay: float = 0.0,
-        prox_mu: float = 0.0,
-        momentum: float = 0.0,
-        nesterov: bool = False,
         buffers: Mapping[str, torch.Tensor] | None = None,
         aggregation_weights: Callable[[Selection], np.ndarray],
         dropout_seed: Callable[[str], int],
@@ -323,13 +301,9 @@ class SimulationOracle(RoundOracle):
             client_indices,
             round=ledger.round,
             theta=theta,
-            lr=lr,
+            optimizer=optimizer,
             schedule=schedule,
             train_seed=train_seed,
-            weight_decay=weight_decay,
-            prox_mu=prox_mu,
-            momentum=momentum,
-            nesterov=nesterov,
             buffers=buffers,
             dropout_seed=dropout_seed,
             sample_losses=sample_losses,
