@@ -398,7 +398,7 @@ class Engine:
         ``(n, d)`` (no accuracy).
     loss_indices : list of ndarray
         Per client, the samples its loss l_k(w) is measured on: indices into ``X``, which clients
-        may share; only the indices are kept (:class:`~fedselect.simulation._pool.LossPool`).
+        may share; only the indices are kept (``fedselect/simulation/_pool.py``).
     X_test, y_test : ndarray
         The test split.
     eval_batch : int
