@@ -95,10 +95,16 @@ class LossPool:
             self._rows = (X[at], y[at])
         return self._rows
 
-    def subset_rows(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Pool rows of ``clients``' loss samples (client after client) and the position of each row's client."""
+    def subset(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """What evaluating ``clients`` (distinct ids) reads: ``(order, inverse, owner)``.
+
+        ``order`` are the distinct pool rows of their loss samples (client after client, first
+        occurrence), ``order[inverse]`` (``inverse`` None: ``order`` itself) the samples in client
+        order and ``owner`` the position in ``clients`` of each sample's client.
+        """
         rows = np.concatenate([self.cat[self.offsets[k] : self.offsets[k + 1]] for k in clients])
-        return rows, np.repeat(np.arange(clients.size), self.sizes[clients])
+        order, inverse = first_occurrence(rows)
+        return order, inverse, np.repeat(np.arange(clients.size), self.sizes[clients])
 
     def reduce(self, per_row: torch.Tensor, acc: torch.device) -> torch.Tensor:
         """Every client's mean loss (float64, on ``acc``) from the per-sample losses of ``order``.
@@ -109,8 +115,26 @@ class LossPool:
         if self._owner is None:
             self._owner = torch.from_numpy(np.repeat(np.arange(self.sizes.size), self.sizes)).to(acc)
             self._sizes_f64 = torch.from_numpy(self.sizes).to(acc, torch.float64)
-        values = per_row.to(acc, torch.float64)
-        if self.inverse is not None:
-            values = values[torch.from_numpy(self.inverse).to(acc)]
-        sums = torch.zeros(self.sizes.size, dtype=torch.float64, device=acc).index_add_(0, self._owner, values)
-        return sums / self._sizes_f64
+        assert self._sizes_f64 is not None
+        return segment_means(per_row, self.inverse, self._owner, self._sizes_f64, acc)
+
+
+def segment_means(
+    per_row: torch.Tensor,
+    inverse: np.ndarray | None,
+    owner: torch.Tensor | np.ndarray,
+    sizes: torch.Tensor | np.ndarray,
+    acc: torch.device,
+) -> torch.Tensor:
+    """Per-client means of per-sample losses: ``per_row[inverse]`` summed in float64 by ``owner``, over ``sizes``.
+
+    The values are added in sample order (``index_add_``), so a client's sum is the same
+    whichever other clients are evaluated with it.
+    """
+    values = per_row.to(acc, torch.float64)
+    if inverse is not None:
+        values = values[torch.from_numpy(inverse).to(acc)]
+    owner_t = torch.as_tensor(owner).to(acc)
+    sizes_t = torch.as_tensor(sizes).to(acc, torch.float64)
+    sums = torch.zeros(sizes_t.shape[0], dtype=torch.float64, device=acc).index_add_(0, owner_t, values)
+    return sums / sizes_t

@@ -60,7 +60,7 @@ from .._validation import InstanceOf
 from ..aggregation import average_buffer_deltas
 from ._compiled import PATHS, CompiledChainStep, compile_unusable, dropout_keep
 from ._compiled import sgd_chain as compiled_sgd_chain
-from ._pool import LossPool
+from ._pool import LossPool, segment_means
 
 __all__ = [
     "DEVICE_CONSTRAINTS",
@@ -1595,21 +1595,32 @@ class Engine:
     # -- evaluation -----------------------------------------------------------------
     @torch.no_grad()
     def _per_sample(
-        self, flat: torch.Tensor, X: torch.Tensor, y: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None
+        self,
+        flat: torch.Tensor,
+        X: torch.Tensor,
+        y: torch.Tensor,
+        buffers: Mapping[str, torch.Tensor] | None = None,
+        rows: torch.Tensor | None = None,
+        accuracy: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-sample losses (and correctness, when ``accuracy`` and classifying) of ``X``, ``y`` (or of their
+        ``rows``, gathered one chunk at a time)."""
         flat = self._to_device(flat)
         bufs = None if buffers is None else self._buffers_on_device(buffers)
         was_training = self.model.training
         self.model.eval()
         try:
-            losses, correct = [], []
-            for i in range(0, X.shape[0], self.eval_batch):
-                out = self._forward(flat, X[i : i + self.eval_batch], bufs)
-                yy = y[i : i + self.eval_batch]
+            losses: list[torch.Tensor] = []
+            correct: list[torch.Tensor] | None = [] if accuracy and self.classification else None
+            n = X.shape[0] if rows is None else rows.shape[0]
+            for i in range(0, n, self.eval_batch):
+                at = slice(i, i + self.eval_batch) if rows is None else rows[i : i + self.eval_batch]
+                out = self._forward(flat, X[at], bufs)
+                yy = y[at]
                 losses.append(self._losses(out, yy))
-                if self.classification:
+                if correct is not None:
                     correct.append(out.argmax(1) == yy)
-            return torch.cat(losses), (torch.cat(correct) if self.classification else None)
+            return torch.cat(losses), (None if correct is None else torch.cat(correct))
         finally:
             self.model.train(was_training)
 
@@ -1626,17 +1637,15 @@ class Engine:
         """
         acc, pool = self._acc, self.loss_pool
         if clients is None:  # one forward over the distinct loss samples, then a per-client sum
-            losses, _ = self._per_sample(flat, *pool.rows(self.X, self.y), buffers)
+            losses, _ = self._per_sample(flat, *pool.rows(self.X, self.y), buffers, accuracy=False)
             return pool.reduce(losses, acc).cpu().numpy()
         clients = np.asarray(clients, dtype=np.int64)
         if clients.size == 0:
             return np.zeros(0)
-        rows, where = pool.subset_rows(clients)
-        owner = torch.from_numpy(where).to(acc)
-        rows_t = torch.from_numpy(rows).to(self.device)
-        losses, _ = self._per_sample(flat, self.X[rows_t], self.y[rows_t], buffers)
-        sums = torch.zeros(clients.size, dtype=torch.float64, device=acc).index_add_(0, owner, self._f64(losses))
-        return (sums / torch.from_numpy(self.eval_sizes[clients]).to(acc).double()).cpu().numpy()
+        order, inverse, owner = pool.subset(clients)  # gathered chunk by chunk in _per_sample
+        rows = torch.from_numpy(order).to(self.device)
+        losses, _ = self._per_sample(flat, self.X, self.y, buffers, rows=rows, accuracy=False)
+        return segment_means(losses, inverse, owner, self.eval_sizes[clients], acc).cpu().numpy()
 
     def test(self, flat: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None) -> tuple[float, float | None]:
         """(test loss, test accuracy) of ``flat`` (with ``buffers``); the accuracy is None for float targets.
