@@ -47,8 +47,13 @@ def test_overlapping_clients_hold_no_copy_of_their_data():
     torch.manual_seed(0)
     eng = Engine(FedCorMLP((1, 8, 8), 10), X, y, parts, X[:20], y[:20])
     theta = eng.initial_parameters()
+    forwarded = []
+    forward = eng._forward
+    eng._forward = lambda flat, x, bufs=None: forwarded.append(x.shape[0]) or forward(flat, x, bufs)
     eng.client_losses(theta)
     eng.client_losses(theta, np.arange(0, len(parts), 7))
+    # each shared sample is evaluated once per pass, by every client and by a subset alike
+    assert sum(forwarded) == 2 * X.shape[0], forwarded
     # the largest data the engine may hold is the pool itself (and one gathered copy of its distinct loss rows)
     big = [t.shape for t in _tensors(eng) if t.numel() > X.size]
     assert not big, f"the engine holds arrays larger than the pool ({X.size} values): {big}"
