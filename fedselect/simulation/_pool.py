@@ -134,7 +134,8 @@ def segment_means(
     values = per_row.to(acc, torch.float64)
     if inverse is not None:
         values = values[torch.from_numpy(inverse).to(acc)]
-    owner_t = torch.as_tensor(owner).to(acc)
-    sizes_t = torch.as_tensor(sizes).to(acc, torch.float64)
+    # from_numpy, not as_tensor: a tensor made here must not follow a default-device context
+    owner_t = (owner if isinstance(owner, torch.Tensor) else torch.from_numpy(owner)).to(acc)
+    sizes_t = (sizes if isinstance(sizes, torch.Tensor) else torch.from_numpy(sizes)).to(acc, torch.float64)
     sums = torch.zeros(sizes_t.shape[0], dtype=torch.float64, device=acc).index_add_(0, owner_t, values)
     return sums / sizes_t
