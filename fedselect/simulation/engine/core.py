@@ -14,6 +14,7 @@ from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _NormBase
 
 from ...devices import resolve_device
+from .._pool import LossPool, segment_means
 from .admission import Admission
 from .base import LocalPath, LocalRound, Workspace
 from .chain import LinearChain, Noise
@@ -37,7 +38,8 @@ class Engine:
         (test accuracy is measured); float ``y`` are regression targets, shape ``(n,)`` or
         ``(n, d)`` (no accuracy).
     loss_indices : list of ndarray
-        Per client, the samples its loss l_k(w) is measured on.
+        Per client, the samples its loss l_k(w) is measured on: indices into ``X``, which clients
+        may share; only the indices are kept (``fedselect/simulation/_pool.py``).
     X_test, y_test : ndarray
         The test split.
     eval_batch : int
@@ -52,8 +54,8 @@ class Engine:
         and is also called inside the vmapped forward, so it must not call ``.item()``.
     device : str or torch.device, default "cpu"
         Where the data lives and the model trains (:func:`resolve_device`: ``"cpu"``, ``"cuda"``,
-        ``"cuda:N"``, ``"mps"``, a torch.device or ``"auto"``). The training pool, the evaluation data
-        and the test split are copied to it once, here; each training call moves its minibatch
+        ``"cuda:N"``, ``"mps"``, a torch.device or ``"auto"``). The training pool and the test split
+        are copied to it once, here; each training call moves its minibatch
         indices there once and runs every local step without waiting for the device (no value comes
         back to the host inside the loop). The public methods take parameters and buffers on any
         device and return CPU tensors and Python numbers, so what the trainer aggregates, records
@@ -166,17 +168,9 @@ class Engine:
         self.buffers = {k: v.detach().clone().cpu() for k, v in model.named_buffers()}
         self._device_buffers = self.buffers if on_cpu else {k: v.to(dev) for k, v in self.buffers.items()}
         self.stateful = bool(self.buffers) or any(isinstance(m, _NormBase) for m in model.modules())
-        # Evaluation data: every client's loss samples, concatenated in client order, gathered once.
-        sizes = np.array([len(ix) for ix in loss_indices], dtype=np.int64)
-        self.eval_sizes = sizes
-        self.eval_offsets = np.concatenate([[0], np.cumsum(sizes)])
-        cat = np.concatenate([np.asarray(ix, dtype=np.int64) for ix in loss_indices])
-        self._eval_all = cat
-        cat_t = torch.from_numpy(cat).to(dev)
-        self.X_eval = self.X[cat_t]
-        self.y_eval = self.y[cat_t]
-        self.eval_owner = torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes)).to(self._acc)
-        self._eval_sizes_f64 = torch.from_numpy(sizes).to(self._acc, torch.float64)
+        # Evaluation data: indices into the pool (X, y), nothing gathered here (fedselect/simulation/_pool.py)
+        self.loss_pool = LossPool(loss_indices)
+        self.eval_sizes = self.loss_pool.sizes
         # vmap only the forward pass; one ordinary backward over the sum of the clients' losses gives each client
         # exactly its own gradient (the clients share no parameters; see .vmap)
         self._forward_all = vmap(self._forward, in_dims=(0, 0), randomness="different")
@@ -738,21 +732,32 @@ class Engine:
     # -- evaluation -----------------------------------------------------------------
     @torch.no_grad()
     def _per_sample(
-        self, flat: torch.Tensor, X: torch.Tensor, y: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None
+        self,
+        flat: torch.Tensor,
+        X: torch.Tensor,
+        y: torch.Tensor,
+        buffers: Mapping[str, torch.Tensor] | None = None,
+        rows: torch.Tensor | None = None,
+        accuracy: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-sample losses (and correctness, when ``accuracy`` and classifying) of ``X``, ``y`` (or of their
+        ``rows``, gathered one chunk at a time)."""
         flat = self._to_device(flat)
         bufs = None if buffers is None else self._buffers_on_device(buffers)
         was_training = self.model.training
         self.model.eval()
         try:
-            losses, correct = [], []
-            for i in range(0, X.shape[0], self.eval_batch):
-                out = self._forward(flat, X[i : i + self.eval_batch], bufs)
-                yy = y[i : i + self.eval_batch]
+            losses: list[torch.Tensor] = []
+            correct: list[torch.Tensor] | None = [] if accuracy and self.classification else None
+            n = X.shape[0] if rows is None else rows.shape[0]
+            for i in range(0, n, self.eval_batch):
+                at = slice(i, i + self.eval_batch) if rows is None else rows[i : i + self.eval_batch]
+                out = self._forward(flat, X[at], bufs)
+                yy = y[at]
                 losses.append(self._losses(out, yy))
-                if self.classification:
+                if correct is not None:
                     correct.append(out.argmax(1) == yy)
-            return torch.cat(losses), (torch.cat(correct) if self.classification else None)
+            return torch.cat(losses), (None if correct is None else torch.cat(correct))
         finally:
             self.model.train(was_training)
 
@@ -767,22 +772,17 @@ class Engine:
         ``buffers`` are the global buffers to evaluate with (default: the initial ones). The losses
         come back to the host in one copy.
         """
-        acc = self._acc
-        if clients is None:
-            losses, _ = self._per_sample(flat, self.X_eval, self.y_eval, buffers)
-            sums = torch.zeros(len(self.eval_sizes), dtype=torch.float64, device=acc).index_add_(
-                0, self.eval_owner, self._f64(losses)
-            )
-            return (sums / self._eval_sizes_f64).cpu().numpy()
+        acc, pool = self._acc, self.loss_pool
+        if clients is None:  # one forward over the distinct loss samples, then a per-client sum
+            losses, _ = self._per_sample(flat, *pool.rows(self.X, self.y), buffers, accuracy=False)
+            return pool.reduce(losses, acc).cpu().numpy()
         clients = np.asarray(clients, dtype=np.int64)
         if clients.size == 0:
             return np.zeros(0)
-        rows = np.concatenate([np.arange(self.eval_offsets[k], self.eval_offsets[k + 1]) for k in clients])
-        owner = torch.from_numpy(np.repeat(np.arange(clients.size), self.eval_sizes[clients])).to(acc)
-        rows_t = torch.from_numpy(rows).to(self.device)
-        losses, _ = self._per_sample(flat, self.X_eval[rows_t], self.y_eval[rows_t], buffers)
-        sums = torch.zeros(clients.size, dtype=torch.float64, device=acc).index_add_(0, owner, self._f64(losses))
-        return (sums / torch.from_numpy(self.eval_sizes[clients]).to(acc).double()).cpu().numpy()
+        order, inverse, owner = pool.subset(clients)  # gathered chunk by chunk in _per_sample
+        rows = torch.from_numpy(order).to(self.device)
+        losses, _ = self._per_sample(flat, self.X, self.y, buffers, rows=rows, accuracy=False)
+        return segment_means(losses, inverse, owner, self.eval_sizes[clients], acc).cpu().numpy()
 
     def test(self, flat: torch.Tensor, buffers: Mapping[str, torch.Tensor] | None = None) -> tuple[float, float | None]:
         """(test loss, test accuracy) of ``flat`` (with ``buffers``); the accuracy is None for float targets.
