@@ -1,0 +1,87 @@
+"""What every driver of ``bench_peers`` shares: the job file, the models, the round timer, the result line.
+
+The drivers run under other frameworks' virtual environments, so this module needs numpy and torch
+only (never fedselect). A driver is ``python run_<framework>.py JOB.json``: it reads the job (written by
+``bench_peers``), builds its framework's federation from the job's arrays (not timed), runs
+``warmup + rounds`` FedAvg rounds, times each with ``time.perf_counter`` and prints one line
+``BENCH_PEERS_RESULT {json}`` with the measured rounds' seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"  # before torch starts its pools
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+RESULT_PREFIX = "BENCH_PEERS_RESULT "
+
+
+def load_job(path: str) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor, np.ndarray]:
+    """The job's settings, the sample pool as float32 / int64 tensors, and the (clients, m) index matrix.
+
+    A pool stored as uint8 (the synthetic CIFAR-shaped job) becomes float32 in [0, 1].
+    """
+    torch.set_num_threads(1)
+    with open(path) as f:
+        job = json.load(f)
+    with np.load(job["data"]) as arrays:
+        X, y, parts = arrays["X"], arrays["y"], arrays["client_indices"]
+    X = X.astype(np.float32) / 255.0 if X.dtype == np.uint8 else X.astype(np.float32, copy=False)
+    return job, torch.from_numpy(X), torch.from_numpy(y.astype(np.int64)), parts.astype(np.int64)
+
+
+def build_model(job: dict[str, Any]) -> nn.Module:
+    """The job's model, layer for layer as fedselect builds it (``"mlp"`` with ``hidden``, or FedCor's ``"cnn"``)."""
+    shape, n_classes = tuple(job["input_shape"]), int(job["n_classes"])
+    if job["model"] == "mlp":
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = int(np.prod(shape))
+        for h in job["hidden"]:
+            layers += [nn.Linear(width, int(h)), nn.ReLU()]
+            width = int(h)
+        return nn.Sequential(*layers, nn.Linear(width, n_classes))
+    c, h, w = shape
+    side = (((h - 2) // 2 - 2) // 2 - 2, ((w - 2) // 2 - 2) // 2 - 2)  # three 3x3 convolutions, two 2x2 pools
+    return nn.Sequential(
+        nn.Conv2d(c, 32, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64 * side[0] * side[1], 64),
+        nn.ReLU(),
+        nn.Linear(64, n_classes),
+    )
+
+
+def time_rounds(play_round: Callable[[int], Any], job: dict[str, Any]) -> list[float]:
+    """Seconds of each of ``job["rounds"]`` rounds after ``job["warmup"]`` untimed ones."""
+    seconds = []
+    for t in range(int(job["warmup"]) + int(job["rounds"])):
+        start = time.perf_counter()
+        play_round(t)
+        if t >= int(job["warmup"]):
+            seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def emit(framework: str, seconds: list[float], **extra: Any) -> None:
+    """Print the driver's result line (the last line ``bench_peers`` reads from its stdout)."""
+    extra.setdefault("torch", torch.__version__)
+    extra.setdefault("threads", torch.get_num_threads())
+    print(RESULT_PREFIX + json.dumps({"framework": framework, "seconds": seconds, **extra}), flush=True)
+    sys.stdout.flush()
