@@ -58,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 DRIVERS = HERE / "peers"
 REPO = HERE.parents[1]
 PEERS = ("flgo", "fedlab")
+PEER_MODULES = {"flgo": "flgo.algorithm.fedavg", "fedlab": "fedlab.contrib.algorithm"}  # what the drivers import
 ORDER = ("fedselect", "flgo", "fedlab", "bound")
 RESULT_PREFIX = "BENCH_PEERS_RESULT "
 SETTINGS = {"clients_per_round": 10, "lr": 0.05, "batch_size": 50, "epochs": 1, "n_classes": 10}
@@ -80,10 +81,11 @@ def find_peers(peers_dir: Path, names: tuple[str, ...] = PEERS) -> tuple[dict[st
         if not python.exists():
             skipped[name] = f"no environment at {peers_dir / name} (run benchmarks/speed/peers/setup_peers.sh)"
             continue
-        check = subprocess.run([str(python), "-c", f"import {name}"], capture_output=True, text=True, env=_env(None))
+        module = PEER_MODULES.get(name, name)
+        check = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, text=True, env=_env(None))
         if check.returncode:
             last = (check.stderr.strip().splitlines() or ["no message"])[-1]
-            skipped[name] = f"`import {name}` fails in {peers_dir / name}: {last}"
+            skipped[name] = f"`import {module}` fails in {peers_dir / name}: {last}"
         else:
             found[name] = str(python)
     return found, skipped
@@ -95,7 +97,7 @@ def write_job(job: str, work: Path, *, n_clients: int, cnn_samples: int, dataset
     from fedselect.data.partition import shard_partition
 
     spec = dict(JOBS[job], **SETTINGS, seed=seed)
-    if dataset is not None:
+    if dataset is not None and job == "mlp":
         spec["dataset"] = dataset
     if spec["dataset"] == "synthetic-cifar":
         rng = np.random.default_rng(seed)
@@ -103,7 +105,9 @@ def write_job(job: str, work: Path, *, n_clients: int, cnn_samples: int, dataset
         y = np.arange(cnn_samples) % spec["n_classes"]
         parts = shard_partition(y, n_clients, shards_per_client=2, random_state=seed)
     else:
-        fed = make_federation(spec["dataset"], partition="shards", shards_per_client=2, n_clients=n_clients, random_state=seed)
+        fed = make_federation(
+            spec["dataset"], partition="shards", shards_per_client=2, n_clients=n_clients, random_state=seed
+        )
         X, y, parts, spec["n_classes"] = fed.X, fed.y, fed.client_indices, int(fed.n_classes)
     m = min(len(p) for p in parts)  # equal shares, so the mean is FedAvg's weighted mean in every framework
     spec["input_shape"] = list(X.shape[1:])
@@ -146,7 +150,11 @@ def compare(job_file: Path, pythons: dict[str, str], repeats: int) -> dict[str, 
     ratios = {
         fw: statistics.median(a / b for a, b in zip(per_repeat[fw], base)) for fw in per_repeat if fw != "fedselect"
     }
-    return {"seconds": per_repeat, "median": {fw: statistics.median(v) for fw, v in per_repeat.items()}, "ratio": ratios}
+    return {
+        "seconds": per_repeat,
+        "median": {fw: statistics.median(v) for fw, v in per_repeat.items()},
+        "ratio": ratios,
+    }
 
 
 def run_benchmark(
@@ -188,7 +196,11 @@ def format_report(report: dict[str, Any], header: list[str]) -> str:
         f"per driver: 1 warm-up + {report['rounds']} timed rounds, median; {report['repeats']} alternating repeats "
         "(fedselect, flgo, fedlab, bound); ratios: median of per-repeat ratios"
     )
-    lines += ["", "| job | framework | s/round median | per repeat | x fedselect | fedselect / it |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| job | framework | s/round median | per repeat | x fedselect | fedselect / it |",
+        "|---|---|---|---|---|---|",
+    ]
     for job, res in report["jobs"].items():
         for fw, med in res["median"].items():
             each = " ".join(f"{s:.4f}" for s in res["seconds"][fw])
@@ -215,14 +227,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per driver run, after one warm-up round")
     ap.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
-    ap.add_argument("--peers", type=Path, default=None, help="the peers' environments (default: %(default)s)")
+    ap.add_argument(
+        "--peers", type=Path, default=None, help=f"the peers' environments (default: {default_peers_dir()})"
+    )
     ap.add_argument("--out", nargs="?", const=HERE / "bench_peers.txt", default=None, type=Path)
     ap.add_argument("--profile", action="store_true", help="profile fedselect's MLP round instead")
+    ap.add_argument("--shapes", action="store_true", help="with --profile: one row per operator and input shapes")
     args = ap.parse_args(argv)
     if args.profile:
         from benchmarks.speed.peers.profile_fedselect import main as profile
 
-        profile(rounds=args.rounds)
+        profile(rounds=args.rounds, shapes=args.shapes)
         return
     start, started = os.getloadavg(), time.perf_counter()
     report = run_benchmark(jobs=tuple(args.jobs), repeats=args.repeats, rounds=args.rounds, peers_dir=args.peers)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from _common import build_model, emit, load_job, time_rounds
 import torch
 import torch.nn.functional as F
+from _common import build_model, emit, load_job, time_rounds
 
 
 def main(path: str) -> None:

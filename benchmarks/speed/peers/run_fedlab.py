@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import random
 import sys
+from importlib.metadata import version
 
-from _common import build_model, emit, load_job, time_rounds
 import torch
-from torch.utils.data import DataLoader
-
-import fedlab
+from _common import build_model, emit, load_job, time_rounds
 from fedlab.contrib.algorithm.basic_client import SGDSerialClientTrainer
 from fedlab.contrib.algorithm.basic_server import SyncServerHandler
 from fedlab.contrib.dataset.basic_dataset import BaseDataset, FedDataset
+from torch.utils.data import DataLoader
 
 
 class _JobDataset(FedDataset):
@@ -59,7 +58,7 @@ def main(path: str) -> None:
         for pack in trainer.uplink_package:
             handler.load(pack)
 
-    emit("fedlab", time_rounds(play_round, job), version=getattr(fedlab, "__version__", "1.3.0"))
+    emit("fedlab", time_rounds(play_round, job), version=version("fedlab"))
 
 
 if __name__ == "__main__":

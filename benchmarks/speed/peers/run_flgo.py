@@ -19,14 +19,15 @@ FLGo's ``TaskDataset`` (a ``torch.utils.data.Subset`` with its own ``__getitem__
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
-
-from _common import build_model, emit, load_job, time_rounds
+from importlib.metadata import version
 
 import flgo
 import flgo.algorithm.fedavg as fedavg
 import flgo.benchmark.partition
+from _common import build_model, emit, load_job, time_rounds
 from flgo.benchmark.toolkits.cv.classification import FromDatasetPipe
 
 _CONFIG = """
@@ -49,6 +50,7 @@ class _GivenParts(flgo.benchmark.partition.BasicPartitioner):
 
     def __init__(self, parts) -> None:
         self.parts = parts
+        self.num_clients = len(parts)
 
     def __call__(self, data):
         return [[int(i) for i in p] for p in self.parts]
@@ -101,7 +103,10 @@ def main(path: str) -> None:
         runner.iterate()
         runner.current_round += 1
 
-    emit("flgo", time_rounds(play_round, job), version=getattr(flgo, "__version__", "0.4.4"))
+    seconds = time_rounds(play_round, job)
+    os.chdir(os.path.dirname(work))
+    shutil.rmtree(work, ignore_errors=True)
+    emit("flgo", seconds, version=version("flgo"))
 
 
 if __name__ == "__main__":
