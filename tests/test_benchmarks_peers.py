@@ -58,8 +58,12 @@ def test_fedselect_and_bound_report_medians_and_paired_ratios(tiny_report: dict)
         for fw, seconds in res["seconds"].items():
             assert len(seconds) == 1 and seconds[0] > 0
             assert res["median"][fw] == seconds[0]
-        assert set(res["ratio"]) == {"bound"}
+        for fw, seconds in res["cpu_seconds"].items():  # the drivers' own CPU time, beside the wall time
+            assert len(seconds) == 1 and seconds[0] > 0
+            assert res["cpu_median"][fw] == seconds[0]
+        assert set(res["ratio"]) == set(res["cpu_ratio"]) == {"bound"}
         assert res["ratio"]["bound"] == pytest.approx(res["median"]["bound"] / res["median"]["fedselect"])
+        assert res["cpu_ratio"]["bound"] == pytest.approx(res["cpu_median"]["bound"] / res["cpu_median"]["fedselect"])
     text = bench_peers.format_report(tiny_report, [])
     rows = [line for line in text.splitlines() if line.startswith("| mlp") or line.startswith("| cnn")]
     assert [row.split(" | ")[1] for row in rows] == ["fedselect", "bound", "fedselect", "bound"]

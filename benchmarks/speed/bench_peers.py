@@ -126,8 +126,8 @@ def _env(pythonpath: str | None) -> dict[str, str]:
     return env
 
 
-def run_driver(framework: str, python: str, job_file: Path, timeout: float = 1800) -> list[float]:
-    """Run one framework's driver on a job in its own process; the seconds of its timed rounds."""
+def run_driver(framework: str, python: str, job_file: Path, timeout: float = 1800) -> dict[str, list[float]]:
+    """Run one framework's driver on a job in its own process; the wall and CPU seconds of its timed rounds."""
     script = DRIVERS / f"run_{framework}.py"
     pythonpath = str(REPO) if framework in ("fedselect", "bound") else None
     out = subprocess.run(
@@ -137,24 +137,29 @@ def run_driver(framework: str, python: str, job_file: Path, timeout: float = 180
     if out.returncode or not lines:
         tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-15:])
         raise RuntimeError(f"bench_peers: the {framework} driver failed (exit {out.returncode}):\n{tail}")
-    return [float(s) for s in json.loads(lines[-1][len(RESULT_PREFIX) :])["seconds"]]
+    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
+    return {key: [float(s) for s in result[key]] for key in ("seconds", "cpu_seconds")}
 
 
 def compare(job_file: Path, pythons: dict[str, str], repeats: int) -> dict[str, Any]:
-    """Alternate the frameworks ``repeats`` times on one job; medians and paired ratios."""
-    per_repeat: dict[str, list[float]] = {fw: [] for fw in ORDER if fw in pythons}
+    """Alternate the frameworks ``repeats`` times on one job; medians and paired ratios, of wall and of CPU time."""
+    frameworks = [fw for fw in ORDER if fw in pythons]
+    per_repeat: dict[str, dict[str, list[float]]] = {key: {fw: [] for fw in frameworks} for key in ("wall", "cpu")}
     for _ in range(repeats):
-        for fw in per_repeat:
-            per_repeat[fw].append(statistics.median(run_driver(fw, pythons[fw], job_file)))
-    base = per_repeat["fedselect"]
-    ratios = {
-        fw: statistics.median(a / b for a, b in zip(per_repeat[fw], base)) for fw in per_repeat if fw != "fedselect"
-    }
-    return {
-        "seconds": per_repeat,
-        "median": {fw: statistics.median(v) for fw, v in per_repeat.items()},
-        "ratio": ratios,
-    }
+        for fw in frameworks:
+            timing = run_driver(fw, pythons[fw], job_file)
+            per_repeat["wall"][fw].append(statistics.median(timing["seconds"]))
+            per_repeat["cpu"][fw].append(statistics.median(timing["cpu_seconds"]))
+    out: dict[str, Any] = {"seconds": per_repeat["wall"], "cpu_seconds": per_repeat["cpu"]}
+    for key, name in (("wall", ""), ("cpu", "cpu_")):
+        base = per_repeat[key]["fedselect"]
+        out[f"{name}median"] = {fw: statistics.median(v) for fw, v in per_repeat[key].items()}
+        out[f"{name}ratio"] = {
+            fw: statistics.median(a / b for a, b in zip(v, base))
+            for fw, v in per_repeat[key].items()
+            if fw != "fedselect"
+        }
+    return out
 
 
 def run_benchmark(
@@ -194,19 +199,23 @@ def format_report(report: dict[str, Any], header: list[str]) -> str:
         lines.append(f"peer skipped: {name}: {why}")
     lines.append(
         f"per driver: 1 warm-up + {report['rounds']} timed rounds, median; {report['repeats']} alternating repeats "
-        "(fedselect, flgo, fedlab, bound); ratios: median of per-repeat ratios"
+        "(fedselect, flgo, fedlab, bound); ratios: median of per-repeat ratios; CPU: the driver process's own "
+        "CPU time (time.process_time), which leaves out waiting for a core on a busy machine"
     )
     lines += [
         "",
-        "| job | framework | s/round median | per repeat | x fedselect | fedselect / it |",
-        "|---|---|---|---|---|---|",
+        "| job | framework | s/round median | per repeat | x fedselect | fedselect / it "
+        "| CPU s/round | x fedselect (CPU) | fedselect / it (CPU) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for job, res in report["jobs"].items():
         for fw, med in res["median"].items():
-            each = " ".join(f"{s:.4f}" for s in res["seconds"][fw])
-            ratio = "1" if fw == "fedselect" else f"{res['ratio'][fw]:.2f}"
-            inverse = "" if fw == "fedselect" else f"{1 / res['ratio'][fw]:.2f}"
-            lines.append(f"| {job} | {fw} | {med:.4f} | {each} | {ratio} | {inverse} |")
+            cells = [f"{med:.4f}", " ".join(f"{s:.4f}" for s in res["seconds"][fw])]
+            for name in ("", "cpu_"):
+                r = res[f"{name}ratio"].get(fw, 1.0)
+                cells += [f"{r:.2f}", "" if fw == "fedselect" else f"{1 / r:.2f}"]
+            cells.insert(4, f"{res['cpu_median'][fw]:.4f}")
+            lines.append(f"| {job} | {fw} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -3,12 +3,14 @@
 The drivers run under other frameworks' virtual environments, so this module needs numpy and torch
 only (never fedselect). A driver is ``python run_<framework>.py JOB.json``: it reads the job (written by
 ``bench_peers``), builds its framework's federation from the job's arrays (not timed), runs
-``warmup + rounds`` FedAvg rounds, times each with ``time.perf_counter`` and prints one line
-``BENCH_PEERS_RESULT {json}`` with the measured rounds' seconds.
+``warmup + rounds`` FedAvg rounds, times each with ``time.perf_counter`` (wall) and
+``time.process_time`` (the process's CPU time: on a busy machine, the part that does not wait for a
+core) and prints one line ``BENCH_PEERS_RESULT {json}`` with the timed rounds' seconds.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -68,20 +70,26 @@ def build_model(job: dict[str, Any]) -> nn.Module:
     )
 
 
-def time_rounds(play_round: Callable[[int], Any], job: dict[str, Any]) -> list[float]:
-    """Seconds of each of ``job["rounds"]`` rounds after ``job["warmup"]`` untimed ones."""
-    seconds = []
+def time_rounds(play_round: Callable[[int], Any], job: dict[str, Any]) -> dict[str, list[float]]:
+    """Wall and process CPU seconds of each of ``job["rounds"]`` rounds after ``job["warmup"]`` untimed ones."""
+    stamps = []
     for t in range(int(job["warmup"]) + int(job["rounds"])):
-        start = time.perf_counter()
-        play_round(t)
         if t >= int(job["warmup"]):
-            seconds.append(time.perf_counter() - start)
-    return seconds
+            stamps.append((time.perf_counter(), time.process_time()))
+        play_round(t)
+    stamps.append((time.perf_counter(), time.process_time()))
+    return timings(stamps)
 
 
-def emit(framework: str, seconds: list[float], **extra: Any) -> None:
+def timings(stamps: list[tuple[float, float]]) -> dict[str, list[float]]:
+    """The wall and CPU seconds between consecutive ``(perf_counter, process_time)`` stamps."""
+    pairs = list(itertools.pairwise(stamps))
+    return {"seconds": [b[0] - a[0] for a, b in pairs], "cpu_seconds": [b[1] - a[1] for a, b in pairs]}
+
+
+def emit(framework: str, timing: dict[str, list[float]], **extra: Any) -> None:
     """Print the driver's result line (the last line ``bench_peers`` reads from its stdout)."""
     extra.setdefault("torch", torch.__version__)
     extra.setdefault("threads", torch.get_num_threads())
-    print(RESULT_PREFIX + json.dumps({"framework": framework, "seconds": seconds, **extra}), flush=True)
+    print(RESULT_PREFIX + json.dumps({"framework": framework, **timing, **extra}), flush=True)
     sys.stdout.flush()

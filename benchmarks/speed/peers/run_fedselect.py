@@ -4,8 +4,8 @@ The federation is the job's pool and index matrix as a :class:`fedselect.Federat
 the pool's first 500 samples, evaluated only before the first round and in the last round, which
 is never timed). A round's seconds are the wall time between the trainer's callbacks of two
 consecutive rounds, so they hold everything ``fit`` does for the round (selection, the batched local
-training, aggregation, the ledger, the history record). The run has ``warmup + rounds + 1`` rounds:
-the first is the warm-up, the last evaluates the test set, neither is timed. Run as
+training, aggregation, the ledger, the history record). The run has ``warmup + rounds + 1`` rounds
+(``warmup`` at least 1): the first are the warm-up, the last evaluates the test set, neither is timed. Run as
 ``python run_fedselect.py JOB.json`` from the repository root (or with fedselect installed).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from _common import emit, load_job
+from _common import emit, load_job, timings
 
 import fedselect
 
@@ -25,7 +25,7 @@ def main(path: str) -> None:
     fed = fedselect.Federation(Xn, yn, list(parts), Xn[:500], yn[:500], n_classes=int(job["n_classes"]))
     model = ("mlp", {"hidden": list(job["hidden"])}) if job["model"] == "mlp" else ("cnn", {})
     warmup, rounds = int(job["warmup"]), int(job["rounds"])
-    stamps: list[float] = []
+    stamps: list[tuple[float, float]] = []
     trainer = fedselect.FederatedTrainer(
         selector="random",
         model=model[0],
@@ -40,11 +40,10 @@ def main(path: str) -> None:
         stop_at_target=False,
         random_state=int(job["seed"]),
         n_threads=1,
-        callback=lambda trainer, record: stamps.append(time.perf_counter()),
+        callback=lambda trainer, record: stamps.append((time.perf_counter(), time.process_time())),
     )
     trainer.fit(fed)
-    seconds = [b - a for a, b in zip(stamps[warmup - 1 : -2], stamps[warmup:-1])] if warmup else []
-    emit("fedselect", seconds, version=fedselect.__version__)
+    emit("fedselect", timings(stamps[warmup - 1 : -1]), version=fedselect.__version__)
 
 
 if __name__ == "__main__":

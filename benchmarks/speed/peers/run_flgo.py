@@ -103,10 +103,10 @@ def main(path: str) -> None:
         runner.iterate()
         runner.current_round += 1
 
-    seconds = time_rounds(play_round, job)
+    timing = time_rounds(play_round, job)
     os.chdir(os.path.dirname(work))
     shutil.rmtree(work, ignore_errors=True)
-    emit("flgo", seconds, version=version("flgo"))
+    emit("flgo", timing, version=version("flgo"))
 
 
 if __name__ == "__main__":
