@@ -20,7 +20,9 @@ and ``--rounds`` timed rounds and reports each round's wall time; a driver's fig
 its rounds. One repeat runs fedselect, FLGo, FedLab and the bound in turn; ``--repeats`` repeats
 alternate them, so machine noise hits each alike. The table gives each framework's median over the
 repeats, the paired ratio peer / fedselect (the median of the per-repeat ratios; the issue's goal:
-at least 1.5 on both jobs) and fedselect / bound (goal: at most 1.3).
+at least 1.5 on both jobs) and fedselect / bound (goal: at most 1.3), of wall time (the record, on an
+idle machine) and of each driver process's own CPU time (``time.process_time``: on a busy machine,
+the part that did not wait for a core; cache and memory contention still count).
 
 The peers live in virtual environments of their own, outside the repository, made by
 ``benchmarks/speed/peers/setup_peers.sh [DIR]`` (``DIR`` defaults to ``$FEDSELECT_PEERS``, else
