@@ -1,15 +1,17 @@
 """What every driver of ``bench_peers`` shares: the job file, the models, the round timer, the result line.
 
 The drivers run under other frameworks' virtual environments, so this module needs numpy and torch
-only (never fedselect). A driver is ``python run_<framework>.py JOB.json``: it reads the job (written by
-``bench_peers``), builds its framework's federation from the job's arrays (not timed), runs
-``warmup + rounds`` FedAvg rounds, times each with ``time.perf_counter`` (wall) and
-``time.process_time`` (the process's CPU time: on a busy machine, the part that does not wait for a
-core) and prints one line ``BENCH_PEERS_RESULT {json}`` with the timed rounds' seconds.
+only (it reads fedselect's model classes from their file, never imports fedselect). A driver is
+``python run_<framework>.py JOB.json``: it reads the job (written by ``bench_peers``), builds its
+framework's federation from the job's arrays (not timed), runs ``warmup + rounds`` FedAvg rounds,
+times each with ``time.perf_counter`` (wall) and ``time.process_time`` (the process's CPU time: on
+a busy machine, the part that does not wait for a core) and prints one line
+``BENCH_PEERS_RESULT {json}`` with the timed rounds' seconds.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -26,6 +28,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 RESULT_PREFIX = "BENCH_PEERS_RESULT "
+MODELS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fedselect", "simulation", "models.py"
+)
 
 
 def load_job(path: str) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor, np.ndarray]:
@@ -43,31 +48,19 @@ def load_job(path: str) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor, np.
 
 
 def build_model(job: dict[str, Any]) -> nn.Module:
-    """The job's model, layer for layer as fedselect builds it (``"mlp"`` with ``hidden``, or FedCor's ``"cnn"``)."""
+    """The job's model: fedselect's own ``FedCorMLP`` (with the job's ``hidden``) or FedCor's ``FedCorCNN``.
+
+    Read from ``fedselect/simulation/models.py`` by its path (it imports only torch), so that a peer's
+    environment, which has no fedselect, trains the very same layers.
+    """
+    spec = importlib.util.spec_from_file_location("_bench_peers_models", MODELS)
+    assert spec is not None and spec.loader is not None
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
     shape, n_classes = tuple(job["input_shape"]), int(job["n_classes"])
     if job["model"] == "mlp":
-        layers: list[nn.Module] = [nn.Flatten()]
-        width = int(np.prod(shape))
-        for h in job["hidden"]:
-            layers += [nn.Linear(width, int(h)), nn.ReLU()]
-            width = int(h)
-        return nn.Sequential(*layers, nn.Linear(width, n_classes))
-    c, h, w = shape
-    side = (((h - 2) // 2 - 2) // 2 - 2, ((w - 2) // 2 - 2) // 2 - 2)  # three 3x3 convolutions, two 2x2 pools
-    return nn.Sequential(
-        nn.Conv2d(c, 32, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(64, 64, 3),
-        nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(64 * side[0] * side[1], 64),
-        nn.ReLU(),
-        nn.Linear(64, n_classes),
-    )
+        return models.FedCorMLP(shape, n_classes, hidden=tuple(job["hidden"]))
+    return models.FedCorCNN(shape, n_classes)
 
 
 def time_rounds(play_round: Callable[[int], Any], job: dict[str, Any]) -> dict[str, list[float]]:
