@@ -9,6 +9,8 @@ to the uniform mean), one torch thread everywhere (``torch.set_num_threads(1)``,
 _NUM_THREADS=1``), no evaluation inside the timed rounds. The ``cnn`` job is the same federation
 shape with FedCor's CIFAR-10 CNN (conv3x3(32)-pool-conv3x3(64)-pool-conv3x3(64), fc 64, fc 10) on
 CIFAR-shaped synthetic data (50,000 uniform 3x32x32 images, 10 balanced classes, 500 per client).
+Every framework trains fedselect's own ``FedCorMLP`` / ``FedCorCNN`` (the peers' drivers read them from
+``fedselect/simulation/models.py``, which imports only torch).
 
 Each framework runs in a process of its own, one driver script per framework under ``peers/``
 (``run_fedselect.py``: ``FederatedTrainer(selector="random", n_threads=1)``; ``run_flgo.py``: FLGo's
