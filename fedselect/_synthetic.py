@@ -328,7 +328,7 @@ class SyntheticOracle(RoundOracle):
     ) -> Aggregate:
         """Play this round with ``selector`` (fitted) through :func:`fedselect.round.play_round`, then move on.
 
-        The round's rule is the mean of the reporters' deltas (``rule="mean"``, accumulated in
+        The round's rule is the mean of the reporters' deltas (``aggregation="mean"``, accumulated in
         float64); ``after_aggregate`` runs before the selector's update, as in
         :func:`~fedselect.round.play_round`.
         """
@@ -343,7 +343,7 @@ class SyntheticOracle(RoundOracle):
                 round=self.round,
                 n_clients=self.n_clients,
                 after_aggregate=after_aggregate,
-                rule="mean",
+                aggregation="mean",
                 accumulate="float64",
             )
         finally:
@@ -386,7 +386,9 @@ class SyntheticOracle(RoundOracle):
             self.start_training(selection.clients)  # trains at once: nothing for the caller to answer
         finally:
             self._sample_losses = False
-        agg = conclude_round(self, selection, self.w, round=self.round, needs=needs, rule="mean", accumulate="float64")
+        agg = conclude_round(
+            self, selection, self.w, round=self.round, needs=needs, aggregation="mean", accumulate="float64"
+        )
         self._advance(agg.theta)
         return agg.feedback
 

@@ -401,3 +401,20 @@ def invalid_values(constraints: Iterable[Any]) -> list[Any]:
             seen.add(key)
             out.append(value)
     return out
+
+
+def renamed(owner: str, old: str, old_value: Any, new: str, new_value: Any) -> Any:
+    """The value of a keyword that was renamed: ``new_value``, or ``old_value`` (with a ``DeprecationWarning``
+    naming both) when the old name was given. One name per concept across the trainer, the engine, Flower and
+    the command line (ARCHITECTURE.md); the old names keep working for a deprecation period."""
+    if old_value is None:
+        return new_value
+    import warnings
+
+    warnings.warn(
+        f"{owner}: {old}= is deprecated and will be removed in fedselect 1.0; use {new}={old_value!r}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old_value
+

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from ._validation import renamed
 from .ledger import PARTIAL_WEIGHTS, reporter_weights
 from .selection import Selection
 
@@ -32,13 +33,14 @@ RULES = ("data-size", "mean")
 _Vector = TypeVar("_Vector", np.ndarray, torch.Tensor)
 
 
-def aggregation_weights(selection: Selection, reported: Any = None, *, rule: str = "data-size",
-                        n_samples: Any = None, partial_weights: str = "rescale") -> np.ndarray:
+def aggregation_weights(selection: Selection, reported: Any = None, *, aggregation: str = "data-size",
+                        n_samples: Any = None, partial_weights: str = "rescale", rule: str | None = None) -> np.ndarray:
     """The aggregation weight of each client of a validated selection (0 for those that did not report).
 
     Weights the selection carries are applied as given (unnormalised, so unbiased estimators
     stay unbiased), the reporters' rescaled or not by ``partial_weights`` when some chosen
-    clients failed (:func:`fedselect.ledger.reporter_weights`). Without weights, the rule:
+    clients failed (:func:`fedselect.ledger.reporter_weights`). Without weights, the rule
+    (``aggregation``, the trainer's and the strategy's parameter of that name):
     ``"data-size"`` weighs client k by ``counts_k * n_k`` (FedAvg), ``"mean"`` by ``counts_k``
     (FedCor's Eq. 4), normalised over the clients that reported; ``counts`` are the
     multiplicities of duplicated draws (1 without duplicates).
@@ -49,15 +51,18 @@ def aggregation_weights(selection: Selection, reported: Any = None, *, rule: str
         Validated (:meth:`Selection.validated`): distinct clients, merged counts and weights.
     reported : array-like of bool, shape (len(selection),), optional
         Which chosen clients reported; default everyone.
-    rule : {"data-size", "mean"}
+    aggregation : {"data-size", "mean"}
     n_samples : array-like of int, shape (N,)
         n_k of every client of the federation, indexed by client id (needed by ``"data-size"``).
     partial_weights : {"rescale", "as-given"}
+    rule : {"data-size", "mean"}, optional
+        Deprecated name of ``aggregation`` (warns).
 
     Returns
     -------
     ndarray of float64, shape (len(selection),)
     """
+    aggregation = renamed("aggregation_weights", "rule", rule, "aggregation", aggregation)
     k = len(selection)
     ok = np.ones(k, dtype=bool) if reported is None else np.asarray(reported, dtype=bool)
     if selection.weights is not None:
@@ -67,14 +72,14 @@ def aggregation_weights(selection: Selection, reported: Any = None, *, rule: str
     if partial_weights not in PARTIAL_WEIGHTS:
         raise ValueError(f"aggregation_weights: partial_weights={partial_weights!r} must be one of {PARTIAL_WEIGHTS}")
     counts = selection.counts if selection.counts is not None else np.ones(k)
-    if rule == "mean":
+    if aggregation == "mean":
         w = counts * ok
-    elif rule == "data-size":
+    elif aggregation == "data-size":
         if n_samples is None:
-            raise ValueError("aggregation_weights: rule='data-size' needs n_samples")
+            raise ValueError("aggregation_weights: aggregation='data-size' needs n_samples")
         w = counts * np.asarray(n_samples)[selection.clients] * ok
     else:
-        raise ValueError(f"aggregation_weights: rule={rule!r} must be one of {RULES}")
+        raise ValueError(f"aggregation_weights: aggregation={aggregation!r} must be one of {RULES}")
     total = w.sum()
     return w / total if total > 0 else w
 

@@ -19,26 +19,26 @@ N_SAMPLES = np.array([10, 20, 30, 40, 50, 60])
 
 def test_data_size_rule_weighs_by_n_k_times_counts_over_the_reporters():
     sel = Selection([1, 3, 3, 5]).validated(6, 4, variable_size=True)  # client 3 drawn twice
-    np.testing.assert_allclose(aggregation_weights(sel, rule="data-size", n_samples=N_SAMPLES),
+    np.testing.assert_allclose(aggregation_weights(sel, aggregation="data-size", n_samples=N_SAMPLES),
                                np.array([20, 80, 60]) / 160)
-    got = aggregation_weights(sel, [True, False, True], rule="data-size", n_samples=N_SAMPLES)
+    got = aggregation_weights(sel, [True, False, True], aggregation="data-size", n_samples=N_SAMPLES)
     np.testing.assert_allclose(got, [20 / 80, 0.0, 60 / 80])
 
 
 def test_mean_rule_counts_duplicates_and_ignores_n_k():
     sel = Selection([1, 3, 3, 5]).validated(6, 4, variable_size=True)
-    np.testing.assert_allclose(aggregation_weights(sel, rule="mean", n_samples=N_SAMPLES), [0.25, 0.5, 0.25])
-    np.testing.assert_allclose(aggregation_weights(sel, [False, True, True], rule="mean"), [0.0, 2 / 3, 1 / 3])
-    assert not aggregation_weights(sel, [False] * 3, rule="mean").any()  # nobody reported: nothing moves
+    np.testing.assert_allclose(aggregation_weights(sel, aggregation="mean", n_samples=N_SAMPLES), [0.25, 0.5, 0.25])
+    np.testing.assert_allclose(aggregation_weights(sel, [False, True, True], aggregation="mean"), [0.0, 2 / 3, 1 / 3])
+    assert not aggregation_weights(sel, [False] * 3, aggregation="mean").any()  # nobody reported: nothing moves
 
 
 def test_selection_weights_are_applied_as_given_or_rescaled_over_the_reporters():
     sel = Selection([0, 2, 4], weights=[0.3, 0.5, 0.7]).validated(6, 3)
-    np.testing.assert_allclose(aggregation_weights(sel, rule="data-size", n_samples=N_SAMPLES), [0.3, 0.5, 0.7])
+    np.testing.assert_allclose(aggregation_weights(sel, aggregation="data-size", n_samples=N_SAMPLES), [0.3, 0.5, 0.7])
     ok = [True, False, True]
     np.testing.assert_allclose(aggregation_weights(sel, ok, n_samples=N_SAMPLES), [0.3 * 1.5, 0.0, 0.7 * 1.5])
     np.testing.assert_allclose(aggregation_weights(sel, ok, partial_weights="as-given"), [0.3, 0.0, 0.7])
-    with pytest.raises(ValueError, match="rule"):
+    with pytest.raises(ValueError, match="aggregation="):
         aggregation_weights(Selection([0]).validated(6, 1), rule="median")
 
 
@@ -118,7 +118,7 @@ def _play(selector, **hooks):
     """One round of ``selector`` on a SyntheticOracle through play_round; (its result, the oracle)."""
     oracle = SyntheticOracle(n_clients=6, random_state=0)
     selector.fit(fedselect.ClientPool(oracle.n_samples))
-    agg = round_module.play_round(oracle, oracle, selector, 2, oracle.w, round=0, n_clients=6, rule="mean",
+    agg = round_module.play_round(oracle, oracle, selector, 2, oracle.w, round=0, n_clients=6, aggregation="mean",
                                   accumulate="float64", **hooks)  # this transport trains at once: no answer=
     return agg, oracle
 
@@ -154,7 +154,7 @@ class _Asking(SyntheticOracle):
 def test_a_round_is_three_phases_with_the_runtime_answering_in_between():
     oracle, sel = _Asking(n_clients=6, random_state=0), _Raising()
     sel.fit(fedselect.ClientPool(oracle.n_samples))
-    opened = round_module.open_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, rule="mean")
+    opened = round_module.open_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, aggregation="mean")
     assert opened.request == ("train", (0, 1)) and opened.selection.clients.tolist() == [0, 1]
     agg = opened.conclude(("trained", (0, 1)))
     assert agg.feedback.clients.tolist() == [0, 1] and sel.updates_ == 0  # not taught before phase 3
@@ -162,9 +162,9 @@ def test_a_round_is_three_phases_with_the_runtime_answering_in_between():
     assert sel.updates_ == 1
     with pytest.raises(TypeError, match="answer="):  # play_round cannot answer a request by itself
         round_module.play_round(oracle, oracle, _Raising().fit(fedselect.ClientPool(oracle.n_samples)), 2,
-                                oracle.w, round=0, n_clients=6, rule="mean")
+                                oracle.w, round=0, n_clients=6, aggregation="mean")
     sel = _Raising().fit(fedselect.ClientPool(oracle.n_samples))
-    agg = round_module.play_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, rule="mean",
+    agg = round_module.play_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, aggregation="mean",
                                   answer=lambda request: ("trained", request[1]))
     assert agg.feedback.clients.tolist() == [0, 1] and sel.updates_ == 1
 
@@ -172,7 +172,7 @@ def test_a_round_is_three_phases_with_the_runtime_answering_in_between():
 def test_a_request_left_unanswered_or_an_answer_to_no_request_is_an_error_not_a_silent_round():
     oracle = _Asking(n_clients=6, random_state=0)
     sel = _Raising().fit(fedselect.ClientPool(oracle.n_samples))
-    opened = round_module.open_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, rule="mean")
+    opened = round_module.open_round(oracle, oracle, sel, 2, oracle.w, round=0, n_clients=6, aggregation="mean")
     with pytest.raises(TypeError, match=r"OpenRound.conclude: the round's request is tuple but the reply is NoneType"):
         opened.conclude()  # forgot to answer: not a round whose clients all failed
     opened.request = None
@@ -215,3 +215,11 @@ def test_round_records_write_measured_seconds_only_when_set_and_compare_without_
     back = RoundRecord.from_dict(json.loads(json.dumps(d)))
     assert back.reply_seconds == {1: 0.25, 2: 1.25} and back.wall_seconds == 1.5
     assert timed == plain and repr(timed) == repr(plain)  # wall-clock fields, like seconds, are not the run
+
+
+def test_rule_is_the_deprecated_name_of_aggregation():
+    sel = Selection([0, 1, 2]).validated(6, 3)
+    with pytest.warns(DeprecationWarning, match=r"aggregation_weights: rule= is deprecated.*aggregation='mean'"):
+        old = aggregation_weights(sel, rule="mean", n_samples=N_SAMPLES)
+    np.testing.assert_array_equal(old, aggregation_weights(sel, aggregation="mean", n_samples=N_SAMPLES))
+    assert not np.array_equal(old, aggregation_weights(sel, aggregation="data-size", n_samples=N_SAMPLES))

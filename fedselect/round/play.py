@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .._validation import renamed
 from ..aggregation import aggregation_weights, apply_deltas
 from ..selection import BaseSelector, ClientOracle, RoundFeedback, Selection, available_clients, restrict_to_available
 
@@ -141,8 +142,8 @@ Contain = Callable[[str, Exception, Aggregate | None], bool]
 
 def conclude_round(
     transport: Transport, selection: Selection, theta: Any, reply: Any = None, *, round: int,
-    needs: frozenset[str] = frozenset(), rule: str = "data-size", n_samples: Any = None,
-    partial_weights: str = "rescale", accumulate: str = "float32", apply: Apply | None = None,
+    needs: frozenset[str] = frozenset(), aggregation: str = "data-size", n_samples: Any = None,
+    partial_weights: str = "rescale", accumulate: str = "float32", apply: Apply | None = None, rule: str | None = None,
 ) -> Aggregate:
     """Finish a validated selection's training, weigh and apply what its reporters sent, and build the feedback.
 
@@ -165,7 +166,7 @@ def conclude_round(
         The selector's ``needs`` (``"updates"``, ``"global"``, ``"durations"``,
         ``"sample_losses"``): what the feedback carries (the last two as the reports bring them;
         ``"losses"`` too, which the transport asks for or not when it starts the training).
-    rule, n_samples, partial_weights
+    aggregation, n_samples, partial_weights
         As :func:`fedselect.aggregation.aggregation_weights`.
     accumulate : {"float32", "float64"}
         As :func:`fedselect.aggregation.apply_deltas`.
@@ -183,7 +184,8 @@ def conclude_round(
     reports = transport.finish_training(reply)
     reporters = reports.clients
     reported = np.isin(ids, reporters)
-    weights = aggregation_weights(selection, reported, rule=rule, n_samples=n_samples,
+    aggregation = renamed("conclude_round", "rule", rule, "aggregation", aggregation)
+    weights = aggregation_weights(selection, reported, aggregation=aggregation, n_samples=n_samples,
                                   partial_weights=partial_weights)
     new_theta, buffers = theta, None
     if reporters.size:
@@ -227,7 +229,7 @@ class OpenRound:
         What the transport asked the runtime to run or send for the training
         (:meth:`Transport.start_training`); None when nothing.
     aggregation : dict
-        The keywords of :func:`conclude_round` (``rule``, ``n_samples``, ``partial_weights``,
+        The keywords of :func:`conclude_round` (``aggregation``, ``n_samples``, ``partial_weights``,
         ``accumulate``, ``apply``).
     contain : callable, optional
         As :func:`open_round`'s.
@@ -302,7 +304,8 @@ def open_round(
         ``update`` leaves the selector untaught), False lets it propagate. Without it,
         everything propagates (the simulator: a selector's error is the user's to see).
     **aggregation
-        ``rule``, ``n_samples``, ``partial_weights``, ``accumulate``, ``apply`` of :func:`conclude_round`.
+        ``aggregation``, ``n_samples``, ``partial_weights``, ``accumulate``, ``apply`` of :func:`conclude_round`
+        (``rule``: the deprecated name of ``aggregation``).
 
     Returns
     -------

@@ -324,7 +324,7 @@ def _open(trainer: Any, state: RunState) -> tuple[OpenRound, RoundLedger, Any, R
         state.theta,
         round=t,
         n_clients=fed.n_clients,
-        rule=trainer.aggregation,
+        aggregation=trainer.aggregation,
         n_samples=fed.n_samples,
         partial_weights=trainer.partial_weights,
     )

@@ -211,7 +211,7 @@ class RunSetup:
         return aggregation_weights(
             selection,
             reported,
-            rule=self.trainer.aggregation,
+            aggregation=self.trainer.aggregation,
             n_samples=self.n_samples,
             partial_weights=self.trainer.partial_weights,
         )
