@@ -820,6 +820,7 @@ def _settings(args: argparse.Namespace, preset: Any) -> tuple[dict[str, Any], di
 def _cmd_run(args: argparse.Namespace) -> int:
     from .compare import check_plan
     from .data import make_federation
+    from .optim import as_optimizer
     from .plugins import get_selector
     from .simulation.trainer import FederatedTrainer
 
@@ -840,7 +841,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     fed = make_federation(random_state=args.seed, **federation)
     print(fed.summary(), file=sys.stderr)
     tr = FederatedTrainer(
-        selector=get_selector(name, **params), random_state=args.seed, progress=not args.no_progress, **trainer
+        selector=get_selector(name, **params),
+        random_state=args.seed,
+        progress=not args.no_progress,
+        **as_optimizer(trainer),
     )
     if ckpt is not None and (ckpt / "checkpoint.pkl").exists():
         print(f"resuming from the checkpoint in {ckpt}/", file=sys.stderr)

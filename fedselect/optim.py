@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from ._validation import Interval, InvalidParameterError, validate_parameters
 
-__all__ = ["LocalSGD", "OPTIMIZER_KEYS", "flat_settings", "resolve_optimizer"]
+__all__ = ["LocalSGD", "OPTIMIZER_KEYS", "as_optimizer", "flat_settings", "resolve_optimizer"]
 
 #: The flat keyword names each field of :class:`LocalSGD` had (and keeps, for a deprecation
 #: period) on :class:`~fedselect.FederatedTrainer`; stored run keys use these names.
@@ -147,4 +147,17 @@ def flat_settings(params: Mapping[str, Any]) -> dict[str, Any]:
     opt = params.get("optimizer")
     if isinstance(opt, LocalSGD):
         out.update(opt.to_dict())
+    return out
+
+
+def as_optimizer(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Trainer keywords in a settings mapping (a preset's, the command line's, a comparison's), with their flat
+    optimiser keys gathered into ``optimizer=LocalSGD(...)``: how fedselect's own code builds a trainer from
+    settings that store the flat keys (run keys and recorded settings keep them)."""
+    out = {k: v for k, v in kwargs.items() if k not in OPTIMIZER_KEYS}
+    flat = {k: kwargs[k] for k in OPTIMIZER_KEYS if k in kwargs}
+    if flat and out.get("optimizer") is None:
+        out["optimizer"] = LocalSGD(**flat)
+    elif flat:
+        out.update(flat)  # both spelled: the trainer refuses it with the message naming both
     return out

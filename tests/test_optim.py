@@ -80,3 +80,13 @@ def test_flat_keywords_warn_and_setting_both_is_an_error(digits_fed):
 def test_a_schedule_that_gives_a_bad_step_size_is_an_error_naming_it(digits_fed):
     with pytest.raises(InvalidParameterError, match=r"lr_schedule gave lr=0.0 for round 1"):
         _fit(digits_fed, lr_schedule=lambda t: 0.1 if t == 0 else 0.0)
+
+
+def test_settings_mappings_build_the_trainer_with_one_optimizer_and_no_warning(digits_fed, recwarn):
+    from fedselect.optim import as_optimizer
+
+    kw = as_optimizer({"lr": 0.1, "momentum": 0.5, "rounds": 2})
+    assert kw == {"rounds": 2, "optimizer": LocalSGD(lr=0.1, momentum=0.5)}
+    assert as_optimizer({"rounds": 2}) == {"rounds": 2}
+    _fit(digits_fed, **as_optimizer({"lr": 0.1}))
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning) and "optimiser" in str(w.message)]

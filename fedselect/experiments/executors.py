@@ -137,6 +137,7 @@ class CellRunner:
     def _trainer(self, label: str, seed: int, ckpt: Path | None, progress: bool) -> Any:
         from sklearn.base import clone
 
+        from ..optim import as_optimizer
         from ..simulation.trainer import FederatedTrainer
 
         use_ckpt = ckpt is not None and bool(self.checkpoint_every)
@@ -144,7 +145,7 @@ class CellRunner:
             selector=clone(self.built[label]),
             random_state=int(seed),
             progress=progress,
-            **self.trainer_kw,
+            **as_optimizer(self.trainer_kw),
             **({"checkpoint_dir": ckpt, "checkpoint_every": self.checkpoint_every} if use_ckpt else {}),
         )
 

@@ -346,6 +346,7 @@ def check_plan(
         The first problem found, naming the label, the parameter, the seed or the path.
     """
     from .._validation import Interval, InvalidParameterError, validate_parameters
+    from ..optim import as_optimizer
     from ..simulation.trainer import FederatedTrainer
 
     source = FederationSource(federation) if federation is not None else None
@@ -383,7 +384,7 @@ def check_plan(
             raise type(exc)(f"scheme {label!r}: {exc}") from exc
         built[label] = sel
     trainer_kw = {k: v for k, v in trainer.items() if k != "selector"}
-    tr = FederatedTrainer(**trainer_kw)  # unknown names: TypeError naming them
+    tr = FederatedTrainer(**as_optimizer(trainer_kw))  # unknown names: TypeError naming them
     validate_parameters(tr, trainer_kw, FederatedTrainer._parameter_constraints)
     model = trainer_kw.get("model")
     if isinstance(model, str):
