@@ -381,14 +381,14 @@ class SyntheticOracle(RoundOracle):
             Only the clients that reported.
         """
         self.ledger.ids(selection.clients, "SyntheticOracle.run_round")
-        self._sample_losses = "sample_losses" in needs
+        self._sample_losses = "sample_losses" in needs  # read when the reports are made (finish_training)
         try:
             self.start_training(selection.clients)  # trains at once: nothing for the caller to answer
+            agg = conclude_round(
+                self, selection, self.w, round=self.round, needs=needs, aggregation="mean", accumulate="float64"
+            )
         finally:
             self._sample_losses = False
-        agg = conclude_round(
-            self, selection, self.w, round=self.round, needs=needs, aggregation="mean", accumulate="float64"
-        )
         self._advance(agg.theta)
         return agg.feedback
 
