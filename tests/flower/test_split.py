@@ -26,7 +26,7 @@ FLOWER = Path(flower_pkg.__file__).resolve().parent
 ALLOWED = {"_validate_params"}
 
 
-@pytest.mark.parametrize("name", ["strategy.py", "wire.py", "checks.py"])
+@pytest.mark.parametrize("name", ["strategy.py", "transport.py", "records.py", "wire.py", "checks.py"])
 def test_no_private_reaches_between_the_strategy_its_oracle_the_wire_and_the_checks(name):
     """Only ``self._x`` and ``cls._x``: a class touches no other object's private members (mutation: point one of
     FlowerOracle's call sites back at ``self._st._node_of``)."""
@@ -43,7 +43,7 @@ def test_no_private_reaches_between_the_strategy_its_oracle_the_wire_and_the_che
     assert reaches == []
 
 
-@pytest.mark.parametrize("name", ["wire.py", "checks.py"])
+@pytest.mark.parametrize("name", ["wire.py", "checks.py", "transport.py", "records.py"])
 def test_the_collaborators_are_modules_of_a_readable_size(name):
     assert len((FLOWER / name).read_text().splitlines()) <= 800
 
