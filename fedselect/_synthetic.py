@@ -67,6 +67,9 @@ class QuadraticClients:
         w^t.
     """
 
+    transforms_on = "client"  # a transform runs where the update is: the transformed rows go up
+    reaches_offline = True  # the server cannot see who is offline: a message to them is sent and charged
+
     def __init__(self, n_samples: np.ndarray, optima: np.ndarray, *, seed: int, noise: float, lr: float) -> None:
         self.n_samples = n_samples
         self.optima = optima

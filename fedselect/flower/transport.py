@@ -1,10 +1,17 @@
-"""FlowerOracle: the oracle's questions asked of live clients through the Flower Grid, and the round's transport."""
+"""Flower as a transport: the live clients' primitives for :class:`fedselect.round.RoundOracle`.
+
+:class:`FlowerClients` reaches the clients of one round through the strategy's wire and screens every reply
+with its reply checks; :class:`FlowerOracle` is the round's :class:`~fedselect.round.RoundOracle` over it, built
+by :class:`~fedselect.flower.SelectorStrategy` every round, with the steps that are this world's own (the trial
+model's norm-bound screen and message count; the round's training handed to Flower as messages).
+"""
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from logging import ERROR
 from typing import TYPE_CHECKING, Any
 
@@ -16,14 +23,14 @@ from flwr.supercore import log
 
 from ..aggregation import aggregation_weights, apply_deltas, average_buffer_arrays
 from ..ledger import RoundLedger
-from ..round import Reports
-from ..selection import ClientOracle, Selection
+from ..round import Reports, RoundOracle
+from ..selection import Selection
 from . import _protocol as P
 
 if TYPE_CHECKING:
     from .strategy import SelectorStrategy
 
-__all__ = ["FlowerOracle", "TrainMessages"]
+__all__ = ["FlowerClients", "FlowerOracle", "TrainMessages", "UpdateExchange"]
 
 
 @dataclass
@@ -49,36 +56,318 @@ class _Training:
     sent: float
 
 
-class FlowerOracle(ClientOracle):
+@dataclass
+class UpdateExchange:
+    """One oracle question's local training of some clients (:class:`fedselect.round.TrainingWork`): update
+    messages to ``ids``, prepared by :meth:`FlowerClients.prepare`, sent by :meth:`run`.
+
+    ``samples`` and ``steps`` are what the usable replies said (known once :meth:`FlowerClients.received` has
+    read them; this world has no clock to time them beforehand).
+    """
+
+    clients: FlowerClients
+    ids: np.ndarray
+    purpose: str
+    samples: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    steps: int = 0
+
+    def run(self) -> tuple[dict[int, RecordDict], dict[int, float]]:
+        """Send the messages; the usable replies by client id and each reply's seconds by the server's clock."""
+        times: dict[int, float] = {}
+        extra: dict[str, Any] = {P.PURPOSE: self.purpose}
+        if self.clients.needs_sample_losses:  # a client trained now and chosen later is not trained again
+            extra[P.NEED_SAMPLE_LOSS] = True
+        kind = "update" if self.purpose == "main" else "trial"
+        got, _ = self.clients.send(self.ids, P.UPDATE, kind, extra, times=times)
+        return got, times
+
+
+class FlowerClients:
+    """The live clients of one Flower round, reached through the Grid (:class:`fedselect.round.OracleTransport`).
+
+    Each primitive is a message to exactly the nodes asked, through the strategy's
+    :class:`~fedselect.flower.wire.Wire` (``strategy.wire_``), and every reply passes its
+    :class:`~fedselect.flower.checks.ReplyChecks` (``strategy.checks_``) before the oracle sees it: an unusable
+    reply is refused (logged, kept in ``rejected``, its client failed) and its client answers NaN (a loss) or
+    None (an update), as a client that did not answer. Where this world differs from the simulator's:
+
+    * ``transforms_on = "server"``: a transform is arbitrary server code, not shipped; each client uploads its
+      full update (a model up) and the server applies the transform.
+    * ``reaches_offline = False``: the server sees its node map, so a client without a live node gets no
+      message and is charged nothing.
+    * :meth:`screen_updates` applies the opt-in ``update_norm_bound`` to the updates a trial model is built
+      from; :meth:`note` logs what went wrong and was contained (``FlowerRound.errors``).
+
+    Parameters
+    ----------
+    strategy : SelectorStrategy
+        The strategy whose wire, checks, model layout and configuration the messages use.
+    grid : Grid
+        Flower's Grid.
+    ledger : RoundLedger
+        The round's bookkeeping.
+    theta : ndarray of shape (D,)
+        w^t's parameters.
+    config : ConfigRecord
+        The configuration every message carries.
+    buffers : mapping of str to ndarray, optional
+        The global buffers b^t by name (None: a model without).
+    """
+
+    transforms_on = "server"
+    reaches_offline = False
+
+    def __init__(
+        self,
+        strategy: SelectorStrategy,
+        grid: Grid,
+        ledger: RoundLedger,
+        theta: np.ndarray,
+        config: ConfigRecord,
+        buffers: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self.strategy = strategy
+        self.grid = grid
+        self.ledger = ledger
+        self.theta = theta
+        self.config = config
+        self.buffers = dict(buffers or {})  # b^t, by name (empty: a model without)
+        self.buffer_deltas: dict[int, dict[str, np.ndarray]] = {}  # b_k - b^t of each trained client
+        self.sample_sq: dict[int, float] = {}  # each trained client's sample_loss_sq (when the selector needs it)
+        self.holding: set[int] = set()  # the clients sent w^t's arrays this round (the others get it cached)
+        self.evaluated: dict[int, int] = {}  # the samples each client's latest loss reply said it evaluated
+
+    @property
+    def n_samples(self) -> np.ndarray:
+        """Every client's n_k, from its hello."""
+        return self.strategy.wire_.n_samples_array()
+
+    @property
+    def needs_sample_losses(self) -> bool:
+        """Whether each trained client sends its mean squared per-sample loss (the selector needs it)."""
+        return "sample_losses" in self.strategy.selector_.needs
+
+    # -- messages ---------------------------------------------------------------------------
+    def content(self, k: int, extra: Mapping[str, Any], model: tuple[Any, Any] | None = None) -> RecordDict:
+        """The message to client ``k``: the configuration with ``extra``, and ``model`` (a trial model), or w^t's
+        arrays the first time it is sent this round (else the node's cached copy)."""
+        cfg = ConfigRecord(dict(self.config))
+        cfg[P.ROUND] = int(self.ledger.round)
+        cfg.update(dict(extra))
+        if model is not None:
+            cfg[P.MODEL_KIND] = "trial"
+            return RecordDict({"arrays": self.strategy.layout_.record(*model), "config": cfg})
+        cfg[P.MODEL_KIND] = "global"
+        if k not in self.holding:
+            self.holding.add(k)
+            return RecordDict({"arrays": self.strategy.global_arrays_, "config": cfg})
+        cfg[P.CACHED] = True
+        return RecordDict({"config": cfg})
+
+    def send(
+        self,
+        ids: np.ndarray,
+        message_type: str,
+        kind: str,
+        extra: Mapping[str, Any],
+        model: tuple[Any, Any] | None = None,
+        times: dict[int, float] | None = None,
+    ) -> tuple[dict[int, RecordDict], int]:
+        """One message per id with a live node (:meth:`fedselect.flower.wire.Wire.exchange`, ``times`` receiving
+        each reply's seconds); the usable replies by client id (:meth:`ReplyChecks.valid_replies`) and the
+        number of messages sent. A client absent from the replies did not answer: it is failed for the round."""
+        wire = self.strategy.wire_
+        messages = []
+        for k in ids.tolist():
+            node = wire.node_of(k)
+            if node is None:  # the node vanished during the round: no message, the client fails
+                continue
+            content = self.content(k, extra, model)
+            messages.append(Message(content, node, message_type, group_id=str(self.ledger.round + 1)))
+        replies = wire.exchange(self.grid, messages, self.strategy.query_timeout, kind, times)
+        got = self.strategy.checks_.valid_replies(replies)
+        silent = [k for k in ids.tolist() if k not in got]
+        if silent:  # timed out, answered with an error, or its node is gone
+            self.ledger.mark_failed(np.asarray(silent, dtype=np.int64))
+        return got, len(messages)
+
+    def take_update(
+        self, k: int, content: RecordDict, what: str, *, need_loss: bool = False
+    ) -> tuple[np.ndarray, int, int, tuple[float, int] | None] | None:
+        """Client ``k``'s update reply, checked: (delta, steps, sample gradients, its loss on w^t and the samples
+        it evaluated when ``need_loss``), keeping its buffers and sample loss; None (refused) if unusable."""
+        checks = self.strategy.checks_
+        try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
+            delta, steps, grads, buffer_deltas = checks.parse_update(content)
+            loss = P.parse_loss(content, float(self.strategy.max_abs_loss)) if need_loss else None
+            sq = (
+                P.sample_loss_sq(P.reply_metrics(content), float(self.strategy.max_abs_loss))
+                if self.needs_sample_losses
+                else None
+            )
+        except Exception as exc:
+            checks.reject(self.ledger, k, what, exc)
+            return None
+        if sq is not None:
+            self.sample_sq[k] = sq
+        self.buffer_deltas[k] = buffer_deltas
+        return delta, steps, grads, loss
+
+    def ask_losses(
+        self, ids: np.ndarray, model: tuple[Any, Any] | None = None
+    ) -> tuple[list[int], list[float], int, int]:
+        """The usable loss replies of ``ids`` at w^t (or at ``model``, a trial model): ids, values, samples
+        evaluated, messages sent; the others' clients are refused or did not answer.
+
+        The values pass the strategy's loss rules (``on_global``: losses on w^t enter each client's history, a
+        trial model's do not). When most clients cannot evaluate a trial model, the model is at fault (built
+        from a hostile update), not they: nobody is refused and no value returned.
+        """
+        on_global = model is None
+        extra = {} if on_global else {P.PURPOSE: "trial"}
+        got, n_sent = self.send(ids, P.LOSS, "loss" if on_global else "trial", extra, model=model)
+        ok, values, evaluated, bad = [], [], 0, []
+        for k in ids.tolist():
+            if k not in got:
+                continue
+            try:
+                value, n = P.parse_loss(got[k], float(self.strategy.max_abs_loss))
+            except Exception as exc:
+                bad.append((k, exc))
+                continue
+            ok.append(k)
+            values.append(value)
+            evaluated += n
+            if on_global:
+                self.evaluated[k] = n
+        if not on_global and len(bad) > len(ok):
+            self.note(
+                f"round {self.ledger.round}: {len(bad)} of {len(bad) + len(ok)} clients could not evaluate the "
+                f"trial model (e.g. {P.why(bad[0][1])}); the trial answers NaN and nobody is failed"
+            )
+            return [], [], evaluated, n_sent
+        for k, exc in bad:
+            self.strategy.checks_.reject(self.ledger, k, "loss", exc)
+        return ok, self.strategy.checks_.clip_losses(ok, values, on_global=on_global), evaluated, n_sent
+
+    def note(self, message: str) -> None:
+        """Log what went wrong and was contained; it goes to the round's ``errors``."""
+        log(ERROR, "fedselect: %s", message)
+        self.strategy.note_error(message)
+
+    # -- OracleTransport ----------------------------------------------------------------------
+    def prepare(self, ids: np.ndarray, purpose: str) -> UpdateExchange:
+        """The update messages to ``ids`` for ``purpose`` (not sent yet)."""
+        return UpdateExchange(self, np.asarray(ids, dtype=np.int64), purpose)
+
+    def keep(self, work: UpdateExchange, mask: np.ndarray) -> UpdateExchange:
+        """``work`` for the clients of ``mask`` only."""
+        return UpdateExchange(self, work.ids[mask], work.purpose)
+
+    def at_once(self, work: UpdateExchange) -> bool:
+        """An oracle question's training is sent at once (the round's is :class:`TrainMessages`)."""
+        return True
+
+    def received(
+        self, ids: np.ndarray, work: UpdateExchange, result: tuple[dict[int, RecordDict], dict[int, float]]
+    ) -> list[np.ndarray | None]:
+        """Each of ``ids``' checked update (None: no usable reply), in the order the replies came; the reply's
+        seconds become the client's ``reply_seconds``."""
+        got, times = result
+        wire = self.strategy.wire_
+        taken: dict[int, tuple[np.ndarray, int, int]] = {}
+        for k, content in got.items():
+            update = self.take_update(k, content, "update")
+            if update is None:
+                continue
+            taken[k] = update[:3]
+            if k in times:
+                wire.reply_seconds[k] = times[k]
+        work.steps = sum(s for _, s, _ in taken.values())
+        work.samples = np.array([g for _, _, g in taken.values()], dtype=np.int64)
+        return [taken[k][0] if k in taken else None for k in ids.tolist()]
+
+    def losses_at(self, ids: np.ndarray | None, model: Any = None) -> np.ndarray:
+        """The checked losses of ``ids`` (None: every client) at w^t or ``model``; NaN where none came."""
+        ids = np.arange(self.ledger.n_clients) if ids is None else np.asarray(ids, dtype=np.int64)
+        ok, values, _, _ = self.ask_losses(ids, model)
+        out = np.full(ids.size, np.nan)
+        where = {k: i for i, k in enumerate(ids.tolist())}
+        out[[where[k] for k in ok]] = values
+        return out
+
+    def eval_samples(self, ids: np.ndarray) -> np.ndarray:
+        """What each of ``ids``' latest loss reply said it evaluated (0 without one)."""
+        return np.array([self.evaluated.get(int(k), 0) for k in ids], dtype=np.int64)
+
+    def combine(
+        self, ids: np.ndarray, updates: np.ndarray, weights: np.ndarray
+    ) -> tuple[np.ndarray, tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """The trial model w^t + sum_k a_k delta_k with its buffers averaged with the same weights."""
+        theta = apply_deltas(self.theta, updates, weights)
+        return theta, (theta, self.aggregate_buffers(ids, weights))
+
+    def aggregate_buffers(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """The global buffers after averaging trained clients ``ids`` with ``weights``
+        (:func:`fedselect.aggregation.average_buffer_arrays`); empty for a model without buffers."""
+        if not self.buffers:
+            return {}
+        return average_buffer_arrays(self.buffers, [self.buffer_deltas[int(k)] for k in ids], weights)
+
+    def screen_updates(self, ids: np.ndarray, updates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The opt-in ``update_norm_bound`` on updates aggregated together: the rows (clipped under ``"clip"``)
+        and the mask of those kept (the others' clients refused)."""
+        stacked, keep, _ = self.strategy.checks_.bound_norms(ids, updates, self.ledger, self.theta)
+        return stacked, keep
+
+    def sample_loss_sq(self, ids: np.ndarray) -> np.ndarray:
+        """Each of ``ids``' sample_loss_sq as it sent it."""
+        return np.array([self.sample_sq[int(k)] for k in ids], dtype=np.float64)
+
+    def global_parameters(self) -> np.ndarray:
+        """A copy of w^t's parameters."""
+        return self.theta.copy()
+
+    def stack(self, rows: Sequence[Any]) -> np.ndarray:
+        """The rows as one (len(rows), D) array."""
+        return np.stack([np.asarray(r) for r in rows]) if rows else np.zeros((0, self.theta.size), np.float32)
+
+
+class FlowerOracle(RoundOracle):
     """A selector's paid questions, asked of the live clients through the Flower Grid, and the round's transport.
 
-    One per round, built by :class:`SelectorStrategy`, which plays the round's phases
-    (:mod:`fedselect.round`) against it (:meth:`start_training`, :meth:`finish_training`,
-    :meth:`aggregate_buffers`: a :class:`fedselect.round.Transport`). Every question is a message to
-    exactly the nodes whose answer is not known yet this round; what it costs is charged
-    on the round's :class:`~fedselect.ledger.RoundLedger`, exactly as in the simulator.
-    A client that does not answer within ``query_timeout`` or answers with an error is
-    marked failed for the round: its answer is NaN and it is not contacted again.
+    The :class:`~fedselect.round.RoundOracle` over :class:`FlowerClients`: ``losses``, ``local_updates``,
+    ``global_parameters`` and ``available`` are the oracle's, written once for every world, with this world's
+    policies (transforms run on the server, charged as the full update's model up; a client without a live node
+    gets no message). One per round, built by :class:`SelectorStrategy`, which plays the round's phases
+    (:mod:`fedselect.round`) against it. Every question is a message to exactly the nodes whose answer is not
+    known yet this round, charged on the round's :class:`~fedselect.ledger.RoundLedger` as in the simulator. A
+    client that does not answer within ``query_timeout``, answers with an error or sends a reply that cannot be
+    used (no finite ``loss``, no update, non-integer counts, no usable sample loss when the selector needs one)
+    is failed for the round: its answer is NaN and it is not contacted again. Each trained client's reply is
+    timed by the server's own clock: its ``reply_seconds``, the feedback's ``durations``.
 
-    ``local_updates(ids, transform)`` cannot ship ``transform`` (arbitrary server code) to
-    the clients: each client uploads its full update (one model up, charged) and the
-    server applies ``transform``; the simulator charges the transformed floats instead
-    (``floats_up``), and a full model up only for the clients then chosen. The update is
-    then held by the server, so a client chosen later in the round is not trained again
-    (only its loss on ``w^t`` is asked, as every reporter's is).
+    Two steps are this world's own. :meth:`trial` screens the trial clients' updates with the opt-in
+    ``update_norm_bound`` before building the trial model, notes a non-finite trial model in the round's
+    ``errors``, and charges the trial model per message sent. The round's training is handed to Flower:
+    :meth:`start_training` returns the train messages (:class:`TrainMessages`), :meth:`finish_training` reads
+    the replies. With buffers (``SelectorStrategy(buffers=...)``) the server keeps each trained client's
+    ``b_k - b^t``; no answer to the selector holds a buffer.
 
-    With buffers (``SelectorStrategy(buffers=...)``) the server also keeps each trained
-    client's ``b_k - b^t``; the trial model of ``trial`` carries the trial clients' buffers
-    averaged with the trial's weights (:func:`fedselect.aggregation.average_buffer_arrays`), and
-    no answer to the selector holds a buffer: updates and parameters have the model's D
-    parameters only.
-
-    Clients without a live node are failed from the start of the round: questions about
-    them answer NaN without a message. A reply that cannot be used (no finite ``loss``, no
-    update, non-integer counts, no usable sample loss when the selector needs one) fails its
-    client for the round, like a timeout. Each trained client's reply is timed by the server's
-    own clock (:meth:`fedselect.flower.wire.Wire.send_and_receive`): its ``reply_seconds``, the
-    feedback's ``durations``.
+    Parameters
+    ----------
+    strategy : SelectorStrategy
+        The strategy (its wire, checks, selector and settings).
+    grid : Grid
+        Flower's Grid.
+    ledger : RoundLedger
+        The round's bookkeeping (clients without a live node already failed).
+    theta : ndarray of shape (D,)
+        w^t's parameters.
+    config : ConfigRecord
+        The configuration every message carries.
+    buffers : mapping of str to ndarray, optional
+        The global buffers b^t.
     """
 
     def __init__(
@@ -90,240 +379,62 @@ class FlowerOracle(ClientOracle):
         config: ConfigRecord,
         buffers: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        self._st = strategy
-        self._grid = grid
-        self._led = ledger
-        self._theta = theta
-        self._buffers = dict(buffers or {})  # the global buffers b^t, by name (empty: a model without)
-        self._buffer_deltas: dict[int, dict[str, np.ndarray]] = {}  # b_k - b^t of each trained client
-        self._sample_sq: dict[int, float] = {}  # each trained client's sample_loss_sq (when the selector needs it)
-        self._config = config
-        self.n_clients = ledger.n_clients
-        self.round = ledger.round
+        weights = functools.partial(aggregation_weights, **strategy.weight_rule())
+        super().__init__(
+            FlowerClients(strategy, grid, ledger, theta, config, buffers), ledger, aggregation_weights=weights
+        )
+        self.strategy = strategy
         self._training: _Training | None = None  # start_training's, until finish_training
-
-    # -- plumbing -------------------------------------------------------------------
-    def _content(
-        self,
-        k: int,
-        newly_sent: set[int],
-        extra: dict[str, Any],
-        model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
-    ) -> RecordDict:
-        cfg = ConfigRecord(dict(self._config))
-        cfg[P.ROUND] = int(self.round)
-        cfg.update(extra)
-        if model is not None:
-            cfg[P.MODEL_KIND] = "trial"
-            return RecordDict({"arrays": self._st.layout_.record(*model), "config": cfg})
-        cfg[P.MODEL_KIND] = "global"
-        if k in newly_sent:
-            return RecordDict({"arrays": self._st.global_arrays_, "config": cfg})
-        cfg[P.CACHED] = True
-        return RecordDict({"config": cfg})
-
-    def _ask(
-        self,
-        ids: np.ndarray,
-        message_type: str,
-        kind: str,
-        extra: dict[str, Any],
-        model: tuple[np.ndarray, dict[str, np.ndarray]] | None = None,
-        times: dict[int, float] | None = None,
-    ) -> tuple[dict[int, RecordDict], int]:
-        """Send one message per id; return the content of each reply by client id, and the messages sent.
-
-        ``times``, if given, receives each reply's seconds by client id, by the server's clock
-        (:meth:`fedselect.flower.wire.Wire.exchange`). Ids that time out or answer with an error are
-        marked failed on the ledger. The
-        callers pass only clients that have not failed; a client without a live node is
-        failed from the start of the round (``RoundLedger(unavailable=...)``), so it gets
-        no message and is charged nothing.
-        """
-        led = self._led
-        newly = set(led.send_model(ids).tolist()) if model is None else set()
-        messages = []
-        for k in ids.tolist():
-            node = self._st.wire_.node_of(k)
-            if node is None:  # the node vanished during the round: no message, the client fails below
-                continue
-            content = self._content(k, newly, extra, model)
-            messages.append(Message(content, node, message_type, group_id=str(self.round + 1)))
-        replies = self._st.wire_.exchange(self._grid, messages, self._st.query_timeout, kind, times)
-        got = self._st.checks_.valid_replies(replies)
-        failed = [k for k in ids.tolist() if k not in got]
-        if failed:
-            led.mark_failed(np.asarray(failed, dtype=np.int64))
-        return got, len(messages)
-
-    def _train(self, ids: np.ndarray, purpose: str) -> dict[int, tuple[np.ndarray, int, int]]:
-        times: dict[int, float] = {}
-        extra: dict[str, Any] = {P.PURPOSE: purpose}
-        if self._needs_sample_losses:  # a client trained now and chosen later is not trained again
-            extra[P.NEED_SAMPLE_LOSS] = True
-        got, _ = self._ask(ids, P.UPDATE, "update" if purpose == "main" else "trial", extra, times=times)
-        out = {}
-        for k, content in got.items():
-            try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
-                delta, steps, grads, buffer_deltas = self._st.checks_.parse_update(content)
-                sq = self._parse_sample_loss(content)
-            except Exception as exc:
-                self._st.checks_.reject(self._led, k, "update", exc)
-                continue
-            out[k] = (delta, steps, grads)
-            self._buffer_deltas[k] = buffer_deltas
-            if sq is not None:
-                self._sample_sq[k] = sq
-            if k in times:
-                self._st.wire_.reply_seconds[k] = times[k]
-        return out
-
-    @property
-    def _needs_sample_losses(self) -> bool:
-        return "sample_losses" in self._st.selector_.needs
 
     @property
     def _needs_losses(self) -> bool:
         """Whether the chosen clients evaluate their loss on w^t before training (the selector needs
         ``"losses"``), as the simulator's ``feedback_losses="auto"`` does."""
-        return "losses" in self._st.selector_.needs
-
-    def _parse_sample_loss(self, content: RecordDict) -> float | None:
-        """The reply's checked ``sample_loss_sq`` when the selector needs it (:func:`fedselect.flower._protocol.
-        sample_loss_sq`), else None (not asked, not read)."""
-        if not self._needs_sample_losses:
-            return None
-        return P.sample_loss_sq(P.reply_metrics(content), float(self._st.max_abs_loss))
-
-    def _loss_replies(
-        self, ids: np.ndarray, got: dict[int, RecordDict], *, on_global: bool = True
-    ) -> tuple[list[int], list[float], int]:
-        """The usable loss replies of ``ids`` (in order): ids, values, samples evaluated; the others fail.
-
-        The values pass the strategy's loss rule (``loss_clip_quantile``, ``loss_clip_history``;
-        ``on_global``: losses on w^t, which enter each client's history, rather than a trial model's).
-        """
-        ok, values, evaluated, bad = [], [], 0, []
-        for k in ids.tolist():
-            if k not in got:
-                continue
-            try:
-                value, n = P.parse_loss(got[k], float(self._st.max_abs_loss))
-            except Exception as exc:
-                bad.append((k, exc))
-                continue
-            ok.append(k)
-            values.append(value)
-            evaluated += n
-        if not on_global and len(bad) > len(ok):
-            # Most clients could not evaluate the trial model: the model is at fault (built from a hostile
-            # update), not they. Nobody is failed; the trial answers NaN.
-            note = (
-                f"round {self.round}: {len(bad)} of {len(bad) + len(ok)} clients could not evaluate the "
-                f"trial model (e.g. {P.why(bad[0][1])}); the trial answers NaN and nobody is failed"
-            )
-            log(ERROR, "fedselect: %s", note)
-            self._st.note_error(note)
-            return [], [], evaluated
-        for k, exc in bad:
-            self._st.checks_.reject(self._led, k, "loss", exc)
-        return ok, self._st.checks_.clip_losses(ok, values, on_global=on_global), evaluated
-
-    # -- the oracle -----------------------------------------------------------------
-    def losses(self, ids: Any) -> np.ndarray:
-        led = self._led
-        ids = led.ids(ids, "oracle.losses")
-        ask = led.losses_to_ask(ids)
-        if ask.size:
-            got, _ = self._ask(ask, P.LOSS, "loss", {})
-            ok, values, evaluated = self._loss_replies(ask, got)
-            led.record_losses(np.asarray(ok, dtype=np.int64), np.asarray(values), samples_evaluated=evaluated)
-        return led.loss(ids)
+        return "losses" in self.strategy.selector_.needs
 
     def trial(self, ids: Any) -> np.ndarray:
-        led = self._led
-        ids = np.unique(led.ids(ids, "oracle.trial"))
+        """The length-N vector l(w_trial) - l(w^t) if ``ids`` trained this round (not applied).
+
+        As :meth:`fedselect.round.RoundOracle.trial`, except that the trial clients' updates pass the opt-in
+        ``update_norm_bound`` (:meth:`FlowerClients.screen_updates`) and the trial model goes to every client
+        still alive with a live node, charged per message sent; all NaN when it is not finite (noted in the
+        round's ``errors``) or when most clients cannot evaluate it.
+        """
+        led, world = self.ledger, self.transport
+        ids = np.unique(led.ids(ids, f"{self.name}.trial"))
         if ids.size == 0:
-            raise ValueError("oracle.trial: needs at least one client id")
-        base = self.losses(np.arange(self.n_clients))  # paid once per round
-        self._train_and_record(led.to_train(ids), "trial")  # kept: a trial client chosen later is not retrained
+            raise ValueError(f"{self.name}.trial: needs at least one client id")
+        base = self._losses(np.arange(self.n_clients))  # paid once per round
+        todo = led.to_train(ids)
+        if todo.size:  # kept: a trial client chosen later is not retrained
+            self._train(todo, purpose="trial")
         alive = led.alive(ids)
         if not alive.size:  # no trial client answered: nothing was learned
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
-        w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st.weight_rule())
-        stacked, keep, _ = self._st.checks_.bound_norms(
-            alive, np.stack([np.asarray(led.update(int(k))) for k in alive]), led, self._theta
-        )
+        w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
+        stacked, keep = world.screen_updates(alive, self._updates_of(alive))
         if not keep.all():  # the norm bound rejected some: the trial is what the others would produce
             alive = alive[keep]
             if not alive.size:
                 return np.full(self.n_clients, np.nan)
-            w = aggregation_weights(Selection(alive).validated(self.n_clients, alive.size), **self._st.weight_rule())
+            w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
             stacked = stacked[keep]
-        theta_trial = apply_deltas(self._theta, stacked, w)
-        buffers_trial = self.aggregate_buffers(alive, w)
+        theta_trial, model = world.combine(alive, stacked, w)
         if not np.all(np.isfinite(theta_trial)):
-            note = f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
-            log(ERROR, "fedselect: %s", note)
-            self._st.note_error(note)
+            world.note(
+                f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
+            )
             return np.full(self.n_clients, np.nan)
         everyone = led.alive(np.arange(self.n_clients))
-        answers, n_sent = self._ask(everyone, P.LOSS, "trial", {P.PURPOSE: "trial"}, model=(theta_trial, buffers_trial))
-        ok, values, evaluated = self._loss_replies(everyone, answers, on_global=False)
+        ok, values, evaluated, n_sent = world.ask_losses(everyone, model)
         after = np.full(self.n_clients, np.nan)
         after[ok] = values
-        # The trial model is charged per message actually sent (clients with a live node that had not failed).
         led.record_trial(len(ok), samples_evaluated=evaluated, n_sent=n_sent)
         out = after - base
         out[sorted(led.failed)] = np.nan
         return out
 
-    def _train_and_record(self, todo: np.ndarray, purpose: str) -> None:
-        if not todo.size:
-            return
-        got = self._train(todo, purpose)
-        ok = np.array(sorted(got), dtype=np.int64)
-        if ok.size:
-            self._led.record_training(
-                ok,
-                [got[k][0] for k in ok.tolist()],
-                steps=sum(got[k][1] for k in ok.tolist()),
-                sample_gradients=sum(got[k][2] for k in ok.tolist()),
-            )
-
-    def local_updates(self, ids: Any, transform: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        led = self._led
-        ids = led.ids(ids, "oracle.local_updates")
-        self._train_and_record(led.to_train(ids), "main")
-        alive = [k for k in ids.tolist() if not led.is_failed(k)]
-        led.upload(np.asarray(alive, dtype=np.int64))  # the full update went up (transforms run on the server)
-        rows: list[np.ndarray | None] = []
-        for k in ids.tolist():
-            if led.is_failed(k):
-                rows.append(None)
-                continue
-            u = np.asarray(led.update(k), dtype=np.float32).copy()
-            rows.append(u if transform is None else np.asarray(transform(u), dtype=np.float32).reshape(-1))
-        sizes = {r.size for r in rows if r is not None}
-        if len(sizes) > 1:
-            raise ValueError("oracle.local_updates: the transform returned vectors of different lengths")
-        if sizes:
-            dim = sizes.pop()
-        elif transform is None:
-            dim = self._theta.size
-        else:
-            dim = int(np.asarray(transform(np.zeros(self._theta.size, np.float32))).size)
-        return (
-            np.stack([r if r is not None else np.full(dim, np.nan, np.float32) for r in rows])
-            if rows
-            else np.zeros((0, dim), np.float32)
-        )
-
-    def global_parameters(self) -> np.ndarray:
-        return self._theta.copy()
-
-    # -- the round's transport (fedselect.round.Transport) ----------------------------
     def start_training(self, ids: np.ndarray) -> TrainMessages:
         """Start training the chosen (distinct) ``ids``: their train messages, for Flower to send.
 
@@ -348,31 +459,22 @@ class FlowerOracle(ClientOracle):
         with the seconds waited as the lower bound on their durations (``train_timeout`` under
         :meth:`SelectorStrategy.start`, else the wait measured between the messages and the replies).
         """
-        st, led, t = self._st, self._led, self.round
-        server_round = t + 1
+        st, led, world = self.strategy, self.ledger, self.transport
+        server_round = self.round + 1
         todo = led.to_train(ids)
-        newly = set(led.send_model(todo).tolist())
+        led.send_model(todo)
         messages, need_loss = [], set()
         for k in todo.tolist():
             node = st.wire_.node_of(k)
             if node is None:
                 continue
-            cfg = ConfigRecord(dict(self._config))
-            cfg[P.ROUND] = t
-            cfg[P.PURPOSE] = "main"
-            cfg[P.MODEL_KIND] = "global"
-            cfg["server-round"] = server_round
-            cfg[P.NEED_LOSS] = self._needs_losses and not led.has_loss(k)
-            if self._needs_sample_losses:
-                cfg[P.NEED_SAMPLE_LOSS] = True
-            if cfg[P.NEED_LOSS]:
+            extra = {P.PURPOSE: "main", P.MODEL_KIND: "global", "server-round": server_round}
+            extra[P.NEED_LOSS] = self._needs_losses and not led.has_loss(k)
+            if world.needs_sample_losses:
+                extra[P.NEED_SAMPLE_LOSS] = True
+            if extra[P.NEED_LOSS]:
                 need_loss.add(k)
-            if k in newly:
-                content = RecordDict({"arrays": st.global_arrays_, "config": cfg})
-            else:
-                cfg[P.CACHED] = True
-                content = RecordDict({"config": cfg})
-            messages.append(Message(content, node, P.TRAIN, group_id=str(server_round)))
+            messages.append(Message(world.content(k, extra), node, P.TRAIN, group_id=str(server_round)))
         gone = [k for k in todo.tolist() if st.wire_.node_of(k) is None]
         if gone:
             led.mark_failed(np.asarray(gone, dtype=np.int64))
@@ -383,7 +485,7 @@ class FlowerOracle(ClientOracle):
 
     def finish_training(self, reply: Iterable[Message] | None) -> Reports:
         """The reports of :meth:`start_training`'s clients, given ``reply``, the train replies (see there)."""
-        st, led, tr = self._st, self._led, self._training
+        st, led, world, tr = self.strategy, self.ledger, self.transport, self._training
         if tr is None:
             raise RuntimeError("FlowerOracle.finish_training: call start_training first")
         self._training = None
@@ -419,22 +521,16 @@ class FlowerOracle(ClientOracle):
             content = got.get(k)
             if content is None or led.is_failed(k):
                 continue
-            try:  # anything a reply makes go wrong (overflow, memory, a bad layout) fails its client only
-                delta, s, g, buffer_deltas = st.checks_.parse_update(content)
-                loss = P.parse_loss(content, float(st.max_abs_loss)) if k in need_loss else None
-                sq = self._parse_sample_loss(content)
-            except Exception as exc:
-                st.checks_.reject(led, k, "train", exc)
+            update = world.take_update(k, content, "train", need_loss=k in need_loss)
+            if update is None:
                 continue
-            if sq is not None:
-                self._sample_sq[k] = sq
+            delta, s, g, loss = update
             if loss is not None:
                 loss_ids.append(k)
                 losses.append(loss[0])
                 evaluated += loss[1]
             ok.append(k)
             updates.append(delta)
-            self._buffer_deltas[k] = buffer_deltas
             if k in times:
                 st.wire_.reply_seconds[k] = times[k]
             steps += s
@@ -458,7 +554,7 @@ class FlowerOracle(ClientOracle):
                 held_ids,
                 np.stack([np.asarray(led.update(int(k)), dtype=np.float32) for k in held_ids]),
                 led,
-                self._theta,
+                world.theta,
             )
             clipped = dict(zip(held_ids.tolist(), bounded))
             accepted = set(held_ids[within].tolist())  # clipped or rejected norms stay out of the reference
@@ -472,9 +568,9 @@ class FlowerOracle(ClientOracle):
         # with the updates: one scalar up per reporter, as the simulator charges them.
         durations = np.array([st.wire_.reply_seconds.get(int(k), st.wire_.wall) for k in reported], dtype=np.float64)
         sq = None
-        if self._needs_sample_losses:
+        if world.needs_sample_losses:
             sq = np.array(
-                st.checks_.clip_sample_losses(reported.tolist(), [self._sample_sq[int(k)] for k in reported]),
+                st.checks_.clip_sample_losses(reported.tolist(), world.sample_loss_sq(reported).tolist()),
                 dtype=np.float64,
             )
             led.record_scalars_up(int(reported.size))
@@ -487,7 +583,7 @@ class FlowerOracle(ClientOracle):
         if not reported.size:
             return Reports(
                 reported,
-                np.zeros((0, self._theta.size), np.float32),
+                np.zeros((0, world.theta.size), np.float32),
                 led.loss(reported) if self._needs_losses else None,
                 np.zeros(0, dtype=np.int64),
                 durations,
@@ -507,10 +603,3 @@ class FlowerOracle(ClientOracle):
         n_k = np.array([st.wire_.n_samples[int(k)] for k in reported], dtype=np.int64)
         losses = led.loss(reported) if self._needs_losses else None
         return Reports(reported, stacked, losses, n_k, durations, sq, timed_out, after)
-
-    def aggregate_buffers(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
-        """The global buffers after averaging trained clients ``ids`` with ``weights``
-        (:func:`fedselect.aggregation.average_buffer_arrays`); empty for a model without buffers."""
-        if not self._buffers:
-            return {}
-        return average_buffer_arrays(self._buffers, [self._buffer_deltas[int(k)] for k in ids], weights)

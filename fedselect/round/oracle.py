@@ -53,6 +53,12 @@ class OracleTransport(Protocol):
     """
 
     n_samples: np.ndarray  # every client's n_k, reported with its update
+    #: Where ``local_updates``' transform runs: ``"client"`` (the transformed rows go up, ``floats_up``) or
+    #: ``"server"`` (the code cannot be shipped: the full update goes up, a model up, and the server transforms).
+    transforms_on: str
+    #: Whether the server sends (and pays for) messages to clients it does not know are offline (the simulator's
+    #: cannot see them); False: the server sees who is offline (Flower's node map) and sends them nothing.
+    reaches_offline: bool
 
     def prepare(self, ids: np.ndarray, purpose: str) -> TrainingWork:
         """The local training of ``ids`` (distinct) from w^t for ``purpose`` (``"main"`` or ``"trial"``)."""
@@ -64,10 +70,13 @@ class OracleTransport(Protocol):
         """Whether the round's own training is run by the oracle rather than handed to the caller."""
 
     def received(self, ids: np.ndarray, work: TrainingWork, result: Any) -> Sequence[Any]:
-        """The updates of ``ids`` (one row each) from ``work``'s ``result``; keeps what else came with them."""
+        """The updates of ``ids`` (one row each) from ``work``'s ``result``; keeps what else came with them.
+
+        A row is None where the client's answer was lost or refused (its reply screened out): it fails.
+        """
 
     def losses_at(self, ids: np.ndarray | None, model: Any = None) -> np.ndarray:
-        """The losses of ``ids`` (None: every client) at ``model`` (None: w^t)."""
+        """The losses of ``ids`` (None: every client) at ``model`` (None: w^t); NaN where no usable answer came."""
 
     def eval_samples(self, ids: np.ndarray) -> np.ndarray:
         """The samples each of ``ids`` evaluates for one loss."""
@@ -205,11 +214,21 @@ class RoundOracle(ClientOracle):
         return work.samples
 
     def _record(self, ids: np.ndarray, work: TrainingWork, result: Any) -> None:
-        rows = self.transport.received(ids, work, result)
+        rows = list(self.transport.received(ids, work, result))
+        if any(r is None for r in rows):  # lost or refused answers: those clients failed
+            lost = np.array([r is None for r in rows])
+            self.ledger.mark_failed(ids[lost])
+            ids, rows = ids[~lost], [r for r in rows if r is not None]
+            if not ids.size:
+                return
         samples = work.samples
         self.ledger.record_training(
-            ids, list(rows), steps=work.steps, sample_gradients=int(samples.sum()) if samples.size else 0
+            ids, rows, steps=work.steps, sample_gradients=int(samples.sum()) if samples.size else 0
         )
+
+    def _send_model(self, ids: np.ndarray) -> np.ndarray:
+        """One model down to each of ``ids`` not holding w^t (those reached: see ``reaches_offline``); those."""
+        return self.ledger.send_model(ids if self.transport.reaches_offline else self.ledger.alive(ids))
 
     def _ask_losses(self, ids: np.ndarray, late: np.ndarray | None = None) -> None:
         """Ask ``ids`` (distinct, alive) their loss on w^t; those of ``late`` answer too late (failed)."""
@@ -235,7 +254,7 @@ class RoundOracle(ClientOracle):
 
     def _losses(self, ids: np.ndarray) -> np.ndarray:
         led = self.ledger
-        new = led.send_model(ids)
+        new = self._send_model(ids)
         ask = led.losses_to_ask(ids)
         late = None
         if self.clock is not None:  # one exchange: the model to those without it, a loss back from those asked
@@ -321,11 +340,12 @@ class RoundOracle(ClientOracle):
         led = self.ledger
         ids = led.ids(ids, f"{self.name}.local_updates")
         self._asked("local_updates", ids)
-        new = led.send_model(ids)
+        new = self._send_model(ids)
         todo = led.to_train(ids)
         samples = np.zeros(0, dtype=np.int64)
         if todo.size:
             samples = self._train(todo, purpose="main")
+        full = transform is None or self.transport.transforms_on == "server"  # the full update goes up
         rows: list[np.ndarray | None] = []
         for k in ids.tolist():
             if led.is_failed(k):
@@ -334,11 +354,11 @@ class RoundOracle(ClientOracle):
             u = _numpy(led.update(k)).astype(np.float32, copy=True)
             rows.append(u if transform is None else np.asarray(transform(u), dtype=np.float32).reshape(-1))
         if self.clock is not None:
-            rows = self._time_local_updates(ids, rows, new, todo, samples, full=transform is None)
+            rows = self._time_local_updates(ids, rows, new, todo, samples, full=full)
         for k, r in zip(ids.tolist(), rows):  # what reached the server is charged
             if r is None:
                 continue
-            if transform is None:
+            if full:
                 led.upload([k])  # the server keeps what it received
             else:
                 led.record_floats_up(r.size)
@@ -403,7 +423,7 @@ class RoundOracle(ClientOracle):
         trained by an oracle question or failed, or the transport trains at once)."""
         led = self.ledger
         self._timed_out = None
-        new = led.send_model(ids)
+        new = self._send_model(ids)
         todo = led.to_train(ids)
         work = cut = None
         if self.clock is not None:

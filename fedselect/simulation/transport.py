@@ -112,6 +112,9 @@ class EngineClients:
         As :class:`SimulationOracle`'s.
     """
 
+    transforms_on = "client"  # a transform runs where the update is: the transformed rows go up
+    reaches_offline = True  # the server cannot see who is offline: a message to them is sent and charged
+
     def __init__(
         self,
         engine: Engine,
