@@ -23,8 +23,7 @@ from flwr.supercore import log
 
 from ..aggregation import aggregation_weights, apply_deltas, average_buffer_arrays
 from ..ledger import RoundLedger
-from ..round import Reports, RoundOracle
-from ..selection import Selection
+from ..round import Reports, RoundOracle, TransportPolicies
 from . import _protocol as P
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ class UpdateExchange:
         return got, times
 
 
-class FlowerClients:
+class FlowerClients(TransportPolicies):
     """The live clients of one Flower round, reached through the Grid (:class:`fedselect.round.OracleTransport`).
 
     Each primitive is a message to exactly the nodes asked, through the strategy's
@@ -347,12 +346,13 @@ class FlowerOracle(RoundOracle):
     is failed for the round: its answer is NaN and it is not contacted again. Each trained client's reply is
     timed by the server's own clock: its ``reply_seconds``, the feedback's ``durations``.
 
-    Two steps are this world's own. :meth:`trial` screens the trial clients' updates with the opt-in
-    ``update_norm_bound`` before building the trial model, notes a non-finite trial model in the round's
-    ``errors``, and charges the trial model per message sent. The round's training is handed to Flower:
-    :meth:`start_training` returns the train messages (:class:`TrainMessages`), :meth:`finish_training` reads
-    the replies. With buffers (``SelectorStrategy(buffers=...)``) the server keeps each trained client's
-    ``b_k - b^t``; no answer to the selector holds a buffer.
+    Its policies are :class:`FlowerClients`' (:class:`~fedselect.round.oracle.TransportPolicies`): the trial
+    clients' updates pass the opt-in ``update_norm_bound`` before the trial model is built, and a non-finite trial
+    model is noted in the round's ``errors``. Two steps are this world's own: the trial model goes to every client
+    alive with a live node and is charged per message sent (``_evaluate_trial``), and the round's training
+    is handed to Flower: :meth:`start_training` returns the train messages (:class:`TrainMessages`),
+    :meth:`finish_training` reads the replies. With buffers (``SelectorStrategy(buffers=...)``) the server keeps
+    each trained client's ``b_k - b^t``; no answer to the selector holds a buffer.
 
     Parameters
     ----------
@@ -392,42 +392,12 @@ class FlowerOracle(RoundOracle):
         ``"losses"``), as the simulator's ``feedback_losses="auto"`` does."""
         return "losses" in self.strategy.selector_.needs
 
-    def trial(self, ids: Any) -> np.ndarray:
-        """The length-N vector l(w_trial) - l(w^t) if ``ids`` trained this round (not applied).
-
-        As :meth:`fedselect.round.RoundOracle.trial`, except that the trial clients' updates pass the opt-in
-        ``update_norm_bound`` (:meth:`FlowerClients.screen_updates`) and the trial model goes to every client
-        still alive with a live node, charged per message sent; all NaN when it is not finite (noted in the
-        round's ``errors``) or when most clients cannot evaluate it.
-        """
-        led, world = self.ledger, self.transport
-        ids = np.unique(led.ids(ids, f"{self.name}.trial"))
-        if ids.size == 0:
-            raise ValueError(f"{self.name}.trial: needs at least one client id")
-        base = self._losses(np.arange(self.n_clients))  # paid once per round
-        todo = led.to_train(ids)
-        if todo.size:  # kept: a trial client chosen later is not retrained
-            self._train(todo, purpose="trial")
-        alive = led.alive(ids)
-        if not alive.size:  # no trial client answered: nothing was learned
-            return np.full(self.n_clients, np.nan)
-        led.upload(alive)
-        w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
-        stacked, keep = world.screen_updates(alive, self._updates_of(alive))
-        if not keep.all():  # the norm bound rejected some: the trial is what the others would produce
-            alive = alive[keep]
-            if not alive.size:
-                return np.full(self.n_clients, np.nan)
-            w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
-            stacked = stacked[keep]
-        theta_trial, model = world.combine(alive, stacked, w)
-        if not np.all(np.isfinite(theta_trial)):
-            world.note(
-                f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
-            )
-            return np.full(self.n_clients, np.nan)
-        everyone = led.alive(np.arange(self.n_clients))
-        ok, values, evaluated, n_sent = world.ask_losses(everyone, model)
+    def _evaluate_trial(self, model: Any, base: np.ndarray) -> np.ndarray:
+        """This world's trial-model exchange: the model goes to every client still alive with a live node,
+        charged per message sent; a scalar back from each usable answer; no answers (all NaN, nobody failed)
+        when most clients cannot evaluate it (:meth:`FlowerClients.ask_losses`)."""
+        led = self.ledger
+        ok, values, evaluated, n_sent = self.transport.ask_losses(led.alive(np.arange(self.n_clients)), model)
         after = np.full(self.n_clients, np.nan)
         after[ok] = values
         led.record_trial(len(ok), samples_evaluated=evaluated, n_sent=n_sent)

@@ -27,7 +27,7 @@ from ..ledger import Costs, RoundLedger
 from ..selection import ClientOracle, Selection
 from .play import Reports
 
-__all__ = ["OracleTransport", "RoundOracle", "TrainingWork"]
+__all__ = ["OracleTransport", "RoundOracle", "TrainingWork", "TransportPolicies"]
 
 
 class TrainingWork(Protocol):
@@ -45,6 +45,29 @@ class TrainingWork(Protocol):
         """The local SGD steps of all clients together."""
 
 
+class TransportPolicies:
+    """The policies a transport may choose differently, with the simulator's and the synthetic world's choices.
+
+    A transport subclasses this and overrides what its world does otherwise (Flower's
+    :class:`~fedselect.flower.transport.FlowerClients` overrides each).
+    """
+
+    #: Where ``local_updates``' transform runs: ``"client"`` (the transformed rows go up, ``floats_up``) or
+    #: ``"server"`` (the code cannot be shipped: the full update goes up, a model up, and the server transforms).
+    transforms_on = "client"
+    #: Whether the server sends (and pays for) messages to clients it does not know are offline (it cannot see
+    #: them); False: the server sees who is offline (Flower's node map) and sends them nothing.
+    reaches_offline = True
+
+    def screen_updates(self, ids: np.ndarray, updates: Any) -> tuple[Any, np.ndarray]:
+        """The updates of ``ids`` a trial model may be built from (rows possibly clipped) and the mask of those
+        kept (the others' clients failed by the screen): every one, unchanged."""
+        return updates, np.ones(len(ids), dtype=bool)
+
+    def note(self, message: str) -> None:
+        """Record what went wrong in the round and was contained (a non-finite trial model): nothing kept."""
+
+
 class OracleTransport(Protocol):
     """The world's primitives a :class:`RoundOracle` is written over.
 
@@ -53,12 +76,14 @@ class OracleTransport(Protocol):
     """
 
     n_samples: np.ndarray  # every client's n_k, reported with its update
-    #: Where ``local_updates``' transform runs: ``"client"`` (the transformed rows go up, ``floats_up``) or
-    #: ``"server"`` (the code cannot be shipped: the full update goes up, a model up, and the server transforms).
-    transforms_on: str
-    #: Whether the server sends (and pays for) messages to clients it does not know are offline (the simulator's
-    #: cannot see them); False: the server sees who is offline (Flower's node map) and sends them nothing.
+    transforms_on: str  # the policies of TransportPolicies, which a transport subclasses
     reaches_offline: bool
+
+    def screen_updates(self, ids: np.ndarray, updates: Any) -> tuple[Any, np.ndarray]:
+        """:meth:`TransportPolicies.screen_updates`."""
+
+    def note(self, message: str) -> None:
+        """:meth:`TransportPolicies.note`."""
 
     def prepare(self, ids: np.ndarray, purpose: str) -> TrainingWork:
         """The local training of ``ids`` (distinct) from w^t for ``purpose`` (``"main"`` or ``"trial"``)."""
@@ -307,10 +332,24 @@ class RoundOracle(ClientOracle):
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
         w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
-        theta, model = self.transport.combine(alive, self._updates_of(alive), w)
+        updates, kept = self.transport.screen_updates(alive, self._updates_of(alive))
+        if not kept.all():  # the screen refused some (failed): the trial is what the others would produce
+            alive, updates = alive[kept], updates[kept]
+            if not alive.size:
+                return np.full(self.n_clients, np.nan)
+            w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
+        theta, model = self.transport.combine(alive, updates, w)
         if not _finite(theta):  # not sent: nobody can answer for it
+            self.transport.note(
+                f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
+            )
             return np.full(self.n_clients, np.nan)
-        # The trial model goes down to every client not known to have failed; those who answer send a scalar back.
+        return self._evaluate_trial(model, base)
+
+    def _evaluate_trial(self, model: Any, base: np.ndarray) -> np.ndarray:
+        """l(w_trial) - ``base`` for every client: the trial model goes down to every client not known to have
+        failed, and those who answer send a scalar back (each charged); NaN for failed clients."""
+        led = self.ledger
         answering = led.answering()
         after = self.transport.losses_at(None, model)
         n_sent = self.n_clients - len(led.known_failed)

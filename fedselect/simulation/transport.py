@@ -19,7 +19,7 @@ import torch
 from ..aggregation import apply_deltas
 from ..clock import RoundClock
 from ..ledger import RoundLedger
-from ..round import RoundOracle
+from ..round import RoundOracle, TransportPolicies
 from ..selection import Selection
 from .engine import Engine, LocalSchedule, aggregate_buffers
 
@@ -94,7 +94,7 @@ class TestRequest:
         return self.engine.test(self.theta, self.buffers)
 
 
-class EngineClients:
+class EngineClients(TransportPolicies):
     """The simulated clients of one round, on the batched engine (:class:`fedselect.round.OracleTransport`).
 
     Parameters
@@ -111,9 +111,6 @@ class EngineClients:
     sample_losses
         As :class:`SimulationOracle`'s.
     """
-
-    transforms_on = "client"  # a transform runs where the update is: the transformed rows go up
-    reaches_offline = True  # the server cannot see who is offline: a message to them is sent and charged
 
     def __init__(
         self,
