@@ -10,8 +10,9 @@ some clients' updates into a model, average their buffers. What each answer cost
 charged on one :class:`~fedselect.ledger.RoundLedger`, and with a
 :class:`~fedselect.clock.RoundClock` every exchange is timed on it.
 
-The worlds: the simulator (:mod:`fedselect.simulation.transport`) and the synthetic test
-world of the conformance checks (:mod:`fedselect._synthetic`).
+The worlds: the simulator (:mod:`fedselect.simulation.transport`), Flower
+(``fedselect.flower.transport``) and the synthetic test world of the conformance checks
+(:mod:`fedselect._synthetic`); :class:`TransportPolicies` holds what they may choose differently.
 """
 
 from __future__ import annotations
@@ -149,17 +150,27 @@ class RoundOracle(ClientOracle):
     what came back (charged). The policies are decided here, once, for every world:
 
     * **A failed answer.** A client that does not answer (unavailable, past the clock's
-      timeout, a NaN loss) is marked failed on the ledger, answers NaN to every question
-      and does not report; what was sent to it is charged.
+      timeout, a NaN loss, an update the transport lost or refused) is marked failed on the
+      ledger, answers NaN to every question and does not report; what was sent to it is charged.
     * **Finite trial models.** A trial model that is not finite (the updates were finite but
-      their sum overflowed) is not sent: every entry of :meth:`trial` is NaN and the trial
-      model is not charged. (Before this class only Flower checked; the simulator and the
-      synthetic world evaluated it and answered inf or NaN losses.)
-    * **Transforms run where the client is.** ``local_updates(ids, transform)`` applies the
-      transform to each answering client's update and charges ``floats_up`` for the
-      transformed rows; only untransformed updates are charged as models up.
+      their sum overflowed) is not sent: every entry of :meth:`trial` is NaN, the trial model is
+      not charged, and the transport notes it (:meth:`TransportPolicies.note`).
+    * **Screened trial updates.** The trial model is built from the updates the transport's
+      :meth:`TransportPolicies.screen_updates` keeps (clipped or refused ones), re-weighted.
+    * **Where transforms run** (``transforms_on``). ``local_updates(ids, transform)`` applies the
+      transform to each answering client's update; on the client, the transformed rows are
+      charged as ``floats_up``; on the server, each client's full update as a model up.
+    * **Who is reached** (``reaches_offline``). One model down to each client asked that does not
+      hold w^t, offline ones included unless the server sees who is offline.
     * **Buffers** are averaged by the transport's :meth:`OracleTransport.aggregate_buffers`, the
       one call both the trial model and the round make.
+
+    The simulator and the synthetic world keep :class:`TransportPolicies`' choices (transforms on
+    the client, offline clients reached, every update kept, nothing noted); Flower's
+    :class:`~fedselect.flower.transport.FlowerClients` chooses otherwise each one (transforms on the
+    server, no message to a client without a live node, the opt-in norm bound, notes in the
+    round's ``errors``), and :class:`~fedselect.flower.transport.FlowerOracle` keeps its own
+    trial-model exchange and hands the round's training to Flower as messages.
 
     Parameters
     ----------
