@@ -38,7 +38,7 @@ from . import _protocol as P
 from .binding import is_node_binding
 from .checks import ReplyChecks, loo_median_fence, reply_limit
 from .records import FlowerRound
-from .transport import FlowerOracle, TrainMessages
+from .transport import FlowerClients, FlowerOracle, TrainMessages
 from .wire import Wire
 
 #: FlowerOracle and TrainMessages (flower/transport.py) and FlowerRound (flower/records.py) stay importable from here.
@@ -412,7 +412,7 @@ class SelectorStrategy(Strategy):
             )
             n = len(live)
         n = min(n, N)
-        oracle = FlowerOracle(self, grid, led, theta, config, buffers)
+        oracle = FlowerOracle(FlowerClients(self, grid, led, theta, config, buffers))
         state: dict[str, Any] = {"t": t, "ledger": led, "start": start}
         opened = open_round(
             oracle,

@@ -356,33 +356,14 @@ class FlowerOracle(RoundOracle):
 
     Parameters
     ----------
-    strategy : SelectorStrategy
-        The strategy (its wire, checks, selector and settings).
-    grid : Grid
-        Flower's Grid.
-    ledger : RoundLedger
-        The round's bookkeeping (clients without a live node already failed).
-    theta : ndarray of shape (D,)
-        w^t's parameters.
-    config : ConfigRecord
-        The configuration every message carries.
-    buffers : mapping of str to ndarray, optional
-        The global buffers b^t.
+    clients : FlowerClients
+        The round's clients (built by the strategy with its Grid, the round's ledger, w^t and the configuration).
     """
 
-    def __init__(
-        self,
-        strategy: SelectorStrategy,
-        grid: Grid,
-        ledger: RoundLedger,
-        theta: np.ndarray,
-        config: ConfigRecord,
-        buffers: Mapping[str, np.ndarray] | None = None,
-    ) -> None:
+    def __init__(self, clients: FlowerClients) -> None:
+        strategy = clients.strategy
         weights = functools.partial(aggregation_weights, **strategy.weight_rule())
-        super().__init__(
-            FlowerClients(strategy, grid, ledger, theta, config, buffers), ledger, aggregation_weights=weights
-        )
+        super().__init__(clients, clients.ledger, aggregation_weights=weights)
         self.strategy = strategy
         self._training: _Training | None = None  # start_training's, until finish_training
 
