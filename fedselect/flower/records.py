@@ -1,13 +1,14 @@
-"""The per-round record of a Flower run: :class:`FlowerRound`, a :class:`~fedselect.simulation.RoundRecord`."""
+"""The per-round record of a Flower run (:class:`FlowerRound`) and the check of the file its lines go to."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..simulation.history import RoundRecord
 
-__all__ = ["FlowerRound"]
+__all__ = ["FlowerRound", "check_records_path"]
 
 
 @dataclass
@@ -89,3 +90,31 @@ class FlowerRound(RoundRecord):
     def as_round_record(self) -> RoundRecord:
         """The same round as a plain :class:`~fedselect.simulation.RoundRecord` (for a :class:`History`)."""
         return RoundRecord.from_dict(RoundRecord.to_dict(self))
+
+
+def check_records_path(path: Any) -> None:
+    """TypeError unless ``path`` is a ``str`` or ``os.PathLike`` (an int would be opened as a file descriptor);
+    ValueError unless it names a file that can be appended to: its directory exists and is writable, and it is
+    not a directory (or an existing file that is not writable)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"SelectorStrategy.start: records_path must be a path (str or os.PathLike), got {type(path).__name__} "
+            f"{path!r}"
+        )
+    name = os.fspath(path)
+    if isinstance(name, bytes):
+        name = os.fsdecode(name)
+    parent = os.path.dirname(os.path.abspath(name))
+    problem = None
+    if not name:
+        problem = "is empty"
+    elif not os.path.isdir(parent):
+        problem = f"is in {parent!r}, which is not an existing directory"
+    elif os.path.isdir(name):
+        problem = "is a directory"
+    elif os.path.exists(name) and not os.access(name, os.W_OK):
+        problem = "is a file that cannot be written"
+    elif not os.path.exists(name) and not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"is in {parent!r}, which cannot be written"
+    if problem is not None:
+        raise ValueError(f"SelectorStrategy.start: records_path={name!r} {problem}")

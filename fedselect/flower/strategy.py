@@ -37,7 +37,7 @@ from ..simulation.history import History, Traffic
 from . import _protocol as P
 from .binding import is_node_binding
 from .checks import ReplyChecks, loo_median_fence, reply_limit
-from .records import FlowerRound
+from .records import FlowerRound, check_records_path
 from .transport import FlowerClients, FlowerOracle, TrainMessages
 from .wire import Wire
 
@@ -61,34 +61,6 @@ def _test_metrics(evaluation: Mapping[str, float]) -> tuple[float | None, float 
     acc = evaluation.get("test-accuracy", evaluation.get("accuracy"))
     loss = evaluation.get("test-loss", evaluation.get("loss"))
     return acc, loss
-
-
-def _check_records_path(path: Any) -> None:
-    """TypeError unless ``path`` is a ``str`` or ``os.PathLike`` (an int would be opened as a file descriptor);
-    ValueError unless it names a file that can be appended to: its directory exists and is writable, and it is
-    not a directory (or an existing file that is not writable)."""
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(
-            f"SelectorStrategy.start: records_path must be a path (str or os.PathLike), got {type(path).__name__} "
-            f"{path!r}"
-        )
-    name = os.fspath(path)
-    if isinstance(name, bytes):
-        name = os.fsdecode(name)
-    parent = os.path.dirname(os.path.abspath(name))
-    problem = None
-    if not name:
-        problem = "is empty"
-    elif not os.path.isdir(parent):
-        problem = f"is in {parent!r}, which is not an existing directory"
-    elif os.path.isdir(name):
-        problem = "is a directory"
-    elif os.path.exists(name) and not os.access(name, os.W_OK):
-        problem = "is a file that cannot be written"
-    elif not os.path.exists(name) and not os.access(parent, os.W_OK | os.X_OK):
-        problem = f"is in {parent!r}, which cannot be written"
-    if problem is not None:
-        raise ValueError(f"SelectorStrategy.start: records_path={name!r} {problem}")
 
 
 def _is_names(value: Any) -> bool:
@@ -600,7 +572,7 @@ class SelectorStrategy(Strategy):
         self._resolved_selector()
         P.ModelLayout(initial_arrays, self.buffers)  # unknown buffer names, non-float parameters
         if records_path is not None:
-            _check_records_path(records_path)
+            check_records_path(records_path)
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
         result = Result()
