@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from .ledger import Costs, RoundLedger
-from .round import Aggregate, RoundOracle, play_round
+from .round import Aggregate, RoundOracle, TransportPolicies, play_round
 from .round.play import conclude_round
 from .selection import BaseSelector, ClientPool, RoundFeedback, Selection
 
@@ -42,7 +42,7 @@ class _Steps:
         return int(self.ids.size)
 
 
-class QuadraticClients:
+class QuadraticClients(TransportPolicies):
     """N quadratic clients, ``l_k(w) = 0.5 * ||w - o_k||^2`` plus noise (see :class:`SyntheticOracle`).
 
     The world's primitives (:class:`fedselect.round.OracleTransport`); every noise comes from a

@@ -79,3 +79,60 @@ def test_a_played_round_keeps_the_selection_as_chosen():
     agg = oracle.play(selector, 3)
     assert agg.chosen is not None and sorted(agg.chosen.clients.tolist()) == agg.selection.clients.tolist()
     assert oracle.round == 1 and oracle.costs.local_trainings == 3
+
+
+# -- the transport's policies (fedselect.round.TransportPolicies): one oracle, each world's choices ------------------
+def test_the_simulator_and_the_synthetic_world_keep_the_default_policies():
+    for cls in (fedselect.simulation.transport.EngineClients, fedselect._synthetic.QuadraticClients):
+        assert issubclass(cls, fedselect.round.TransportPolicies)
+        assert cls.transforms_on == "client" and cls.reaches_offline is True
+
+
+def test_a_transform_on_the_client_charges_its_rows_and_on_the_server_the_full_update():
+    for where, floats, models in (("client", 2 * 3, 0), ("server", 0, 2)):
+        oracle = SyntheticOracle(4, noise=0.0, random_state=0)
+        oracle.transport.transforms_on = where
+        rows = oracle.local_updates([0, 1], transform=lambda u: u[:3])
+        assert rows.shape == (2, 3)
+        assert (oracle.costs.floats_up, oracle.costs.models_up) == (floats, models), where
+
+
+def test_a_server_that_sees_who_is_offline_sends_them_nothing():
+    oracle = SyntheticOracle(12, dropout=0.5, noise=0.0, random_state=3)
+    offline = len(oracle.ledger.failed)
+    assert 0 < offline < 12
+    oracle.losses(np.arange(12))
+    assert oracle.costs.models_down == 12  # the simulator's server pays for messages to offline clients
+    oracle = SyntheticOracle(12, dropout=0.5, noise=0.0, random_state=3)
+    oracle.transport.reaches_offline = False
+    out = oracle.losses(np.arange(12))
+    assert oracle.costs.models_down == 12 - offline and np.isnan(out).sum() == offline
+
+
+def test_the_trial_model_is_built_from_the_updates_the_screen_keeps():
+    screened = SyntheticOracle(4, noise=0.0, random_state=0)
+    screened.transport.screen_updates = lambda ids, updates: (updates, np.asarray(ids) != 0)
+    alone = SyntheticOracle(4, noise=0.0, random_state=0)
+    assert np.allclose(screened.trial([0, 1]), alone.trial([1]), equal_nan=True)
+
+
+def test_a_trial_model_that_is_not_finite_is_noted_by_the_transport():
+    oracle = SyntheticOracle(4, noise=0.0, random_state=0)
+    oracle.optima[:] = 6e38
+    notes: list[str] = []
+    oracle.transport.note = notes.append
+    assert np.isnan(oracle.trial([0, 1])).all()
+    assert len(notes) == 1 and "not finite" in notes[0]
+
+
+def test_an_update_the_transport_lost_fails_its_client():
+    oracle = SyntheticOracle(4, noise=0.0, random_state=0)
+    received = oracle.transport.received
+
+    def lose_client_0(ids, work, result):
+        return [None if k == 0 else r for k, r in zip(ids.tolist(), received(ids, work, result))]
+
+    oracle.transport.received = lose_client_0
+    rows = oracle.local_updates([0, 1])
+    assert np.isnan(rows[0]).all() and np.isfinite(rows[1]).all()
+    assert oracle.ledger.is_failed(0) and oracle.costs.local_trainings == 1 and oracle.costs.models_up == 1

@@ -5,7 +5,7 @@ update); :mod:`fedselect.round.oracle` answers the selector's questions and carr
 training for any world that implements :class:`~fedselect.round.oracle.OracleTransport`.
 """
 
-from .oracle import OracleTransport, RoundOracle, TrainingWork
+from .oracle import OracleTransport, RoundOracle, TrainingWork, TransportPolicies
 from .play import (  # noqa: F401  (Contain: re-exported as before)
     Aggregate,
     Apply,
@@ -26,6 +26,7 @@ __all__ = [
     "Reports",
     "RoundOracle",
     "TrainingWork",
+    "TransportPolicies",
     "Transport",
     "conclude_round",
     "open_round",

@@ -10,8 +10,9 @@ some clients' updates into a model, average their buffers. What each answer cost
 charged on one :class:`~fedselect.ledger.RoundLedger`, and with a
 :class:`~fedselect.clock.RoundClock` every exchange is timed on it.
 
-The worlds: the simulator (:mod:`fedselect.simulation.transport`) and the synthetic test
-world of the conformance checks (:mod:`fedselect._synthetic`).
+The worlds: the simulator (:mod:`fedselect.simulation.transport`), Flower
+(``fedselect.flower.transport``) and the synthetic test world of the conformance checks
+(:mod:`fedselect._synthetic`); :class:`TransportPolicies` holds what they may choose differently.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..ledger import Costs, RoundLedger
 from ..selection import ClientOracle, Selection
 from .play import Reports
 
-__all__ = ["OracleTransport", "RoundOracle", "TrainingWork"]
+__all__ = ["OracleTransport", "RoundOracle", "TrainingWork", "TransportPolicies"]
 
 
 class TrainingWork(Protocol):
@@ -45,6 +46,29 @@ class TrainingWork(Protocol):
         """The local SGD steps of all clients together."""
 
 
+class TransportPolicies:
+    """The policies a transport may choose differently, with the simulator's and the synthetic world's choices.
+
+    A transport subclasses this and overrides what its world does otherwise (Flower's
+    :class:`~fedselect.flower.transport.FlowerClients` overrides each).
+    """
+
+    #: Where ``local_updates``' transform runs: ``"client"`` (the transformed rows go up, ``floats_up``) or
+    #: ``"server"`` (the code cannot be shipped: the full update goes up, a model up, and the server transforms).
+    transforms_on = "client"
+    #: Whether the server sends (and pays for) messages to clients it does not know are offline (it cannot see
+    #: them); False: the server sees who is offline (Flower's node map) and sends them nothing.
+    reaches_offline = True
+
+    def screen_updates(self, ids: np.ndarray, updates: Any) -> tuple[Any, np.ndarray]:
+        """The updates of ``ids`` a trial model may be built from (rows possibly clipped) and the mask of those
+        kept (the others' clients failed by the screen): every one, unchanged."""
+        return updates, np.ones(len(ids), dtype=bool)
+
+    def note(self, message: str) -> None:
+        """Record what went wrong in the round and was contained (a non-finite trial model): nothing kept."""
+
+
 class OracleTransport(Protocol):
     """The world's primitives a :class:`RoundOracle` is written over.
 
@@ -53,6 +77,14 @@ class OracleTransport(Protocol):
     """
 
     n_samples: np.ndarray  # every client's n_k, reported with its update
+    transforms_on: str  # the policies of TransportPolicies, which a transport subclasses
+    reaches_offline: bool
+
+    def screen_updates(self, ids: np.ndarray, updates: Any) -> tuple[Any, np.ndarray]:
+        """:meth:`TransportPolicies.screen_updates`."""
+
+    def note(self, message: str) -> None:
+        """:meth:`TransportPolicies.note`."""
 
     def prepare(self, ids: np.ndarray, purpose: str) -> TrainingWork:
         """The local training of ``ids`` (distinct) from w^t for ``purpose`` (``"main"`` or ``"trial"``)."""
@@ -64,10 +96,13 @@ class OracleTransport(Protocol):
         """Whether the round's own training is run by the oracle rather than handed to the caller."""
 
     def received(self, ids: np.ndarray, work: TrainingWork, result: Any) -> Sequence[Any]:
-        """The updates of ``ids`` (one row each) from ``work``'s ``result``; keeps what else came with them."""
+        """The updates of ``ids`` (one row each) from ``work``'s ``result``; keeps what else came with them.
+
+        A row is None where the client's answer was lost or refused (its reply screened out): it fails.
+        """
 
     def losses_at(self, ids: np.ndarray | None, model: Any = None) -> np.ndarray:
-        """The losses of ``ids`` (None: every client) at ``model`` (None: w^t)."""
+        """The losses of ``ids`` (None: every client) at ``model`` (None: w^t); NaN where no usable answer came."""
 
     def eval_samples(self, ids: np.ndarray) -> np.ndarray:
         """The samples each of ``ids`` evaluates for one loss."""
@@ -115,17 +150,27 @@ class RoundOracle(ClientOracle):
     what came back (charged). The policies are decided here, once, for every world:
 
     * **A failed answer.** A client that does not answer (unavailable, past the clock's
-      timeout, a NaN loss) is marked failed on the ledger, answers NaN to every question
-      and does not report; what was sent to it is charged.
+      timeout, a NaN loss, an update the transport lost or refused) is marked failed on the
+      ledger, answers NaN to every question and does not report; what was sent to it is charged.
     * **Finite trial models.** A trial model that is not finite (the updates were finite but
-      their sum overflowed) is not sent: every entry of :meth:`trial` is NaN and the trial
-      model is not charged. (Before this class only Flower checked; the simulator and the
-      synthetic world evaluated it and answered inf or NaN losses.)
-    * **Transforms run where the client is.** ``local_updates(ids, transform)`` applies the
-      transform to each answering client's update and charges ``floats_up`` for the
-      transformed rows; only untransformed updates are charged as models up.
+      their sum overflowed) is not sent: every entry of :meth:`trial` is NaN, the trial model is
+      not charged, and the transport notes it (:meth:`TransportPolicies.note`).
+    * **Screened trial updates.** The trial model is built from the updates the transport's
+      :meth:`TransportPolicies.screen_updates` keeps (clipped or refused ones), re-weighted.
+    * **Where transforms run** (``transforms_on``). ``local_updates(ids, transform)`` applies the
+      transform to each answering client's update; on the client, the transformed rows are
+      charged as ``floats_up``; on the server, each client's full update as a model up.
+    * **Who is reached** (``reaches_offline``). One model down to each client asked that does not
+      hold w^t, offline ones included unless the server sees who is offline.
     * **Buffers** are averaged by the transport's :meth:`OracleTransport.aggregate_buffers`, the
       one call both the trial model and the round make.
+
+    The simulator and the synthetic world keep :class:`TransportPolicies`' choices (transforms on
+    the client, offline clients reached, every update kept, nothing noted); Flower's
+    :class:`~fedselect.flower.transport.FlowerClients` chooses otherwise each one (transforms on the
+    server, no message to a client without a live node, the opt-in norm bound, notes in the
+    round's ``errors``), and :class:`~fedselect.flower.transport.FlowerOracle` keeps its own
+    trial-model exchange and hands the round's training to Flower as messages.
 
     Parameters
     ----------
@@ -187,7 +232,7 @@ class RoundOracle(ClientOracle):
         self.ledger = ledger
         self.round = ledger.round
         self.n_clients = ledger.n_clients
-        self.clock = clock
+        self._clock = clock
         self._available = None if available is None else np.asarray(available, dtype=np.int64)
         self._timed_out: tuple[np.ndarray, np.ndarray] | None = None  # the clock's censored clients
         self._started: tuple[np.ndarray, np.ndarray, TrainingWork | None, np.ndarray | None] | None = None
@@ -205,11 +250,21 @@ class RoundOracle(ClientOracle):
         return work.samples
 
     def _record(self, ids: np.ndarray, work: TrainingWork, result: Any) -> None:
-        rows = self.transport.received(ids, work, result)
+        rows = list(self.transport.received(ids, work, result))
+        if any(r is None for r in rows):  # lost or refused answers: those clients failed
+            lost = np.array([r is None for r in rows])
+            self.ledger.mark_failed(ids[lost])
+            ids, rows = ids[~lost], [r for r in rows if r is not None]
+            if not ids.size:
+                return
         samples = work.samples
         self.ledger.record_training(
-            ids, list(rows), steps=work.steps, sample_gradients=int(samples.sum()) if samples.size else 0
+            ids, rows, steps=work.steps, sample_gradients=int(samples.sum()) if samples.size else 0
         )
+
+    def _send_model(self, ids: np.ndarray) -> np.ndarray:
+        """One model down to each of ``ids`` not holding w^t (those reached: see ``reaches_offline``); those."""
+        return self.ledger.send_model(ids if self.transport.reaches_offline else self.ledger.alive(ids))
 
     def _ask_losses(self, ids: np.ndarray, late: np.ndarray | None = None) -> None:
         """Ask ``ids`` (distinct, alive) their loss on w^t; those of ``late`` answer too late (failed)."""
@@ -235,17 +290,17 @@ class RoundOracle(ClientOracle):
 
     def _losses(self, ids: np.ndarray) -> np.ndarray:
         led = self.ledger
-        new = led.send_model(ids)
+        new = self._send_model(ids)
         ask = led.losses_to_ask(ids)
         late = None
-        if self.clock is not None:  # one exchange: the model to those without it, a loss back from those asked
+        if self._clock is not None:  # one exchange: the model to those without it, a loss back from those asked
             if new.size == ask.size and np.array_equal(new, ask):  # the usual question: fresh clients, all alive
                 reached, down, asked, failed = ask, 1, np.ones(ask.size, dtype=bool), None
             else:
                 reached = np.union1d(new, ask)
                 down, asked = np.isin(reached, new), np.isin(reached, ask)
                 failed = led.failed_mask(reached)
-            late_reached = self.clock.exchange(
+            late_reached = self._clock.exchange(
                 reached,
                 failed=failed,
                 models_down=down,
@@ -277,8 +332,8 @@ class RoundOracle(ClientOracle):
         if todo.size:
             samples = self._train(todo, purpose="trial")
         alive = led.alive(ids)
-        if self.clock is not None and alive.size:  # the trial clients train and send their updates
-            late = self.clock.exchange(
+        if self._clock is not None and alive.size:  # the trial clients train and send their updates
+            late = self._clock.exchange(
                 alive, models_up=~led.uploaded_mask(alive), train_samples=_lookup(todo, samples, alive)
             )
             if late.any():
@@ -288,19 +343,33 @@ class RoundOracle(ClientOracle):
             return np.full(self.n_clients, np.nan)
         led.upload(alive)
         w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
-        theta, model = self.transport.combine(alive, self._updates_of(alive), w)
+        updates, kept = self.transport.screen_updates(alive, self._updates_of(alive))
+        if not kept.all():  # the screen refused some (failed): the trial is what the others would produce
+            alive, updates = alive[kept], updates[kept]
+            if not alive.size:
+                return np.full(self.n_clients, np.nan)
+            w = self._aggregation_weights(Selection(alive).validated(self.n_clients, alive.size))
+        theta, model = self.transport.combine(alive, updates, w)
         if not _finite(theta):  # not sent: nobody can answer for it
+            self.transport.note(
+                f"round {self.round}: the trial model of clients {alive.tolist()[:20]} is not finite; NaN answers"
+            )
             return np.full(self.n_clients, np.nan)
-        # The trial model goes down to every client not known to have failed; those who answer send a scalar back.
+        return self._evaluate_trial(model, base)
+
+    def _evaluate_trial(self, model: Any, base: np.ndarray) -> np.ndarray:
+        """l(w_trial) - ``base`` for every client: the trial model goes down to every client not known to have
+        failed, and those who answer send a scalar back (each charged); NaN for failed clients."""
+        led = self.ledger
         answering = led.answering()
         after = self.transport.losses_at(None, model)
         n_sent = self.n_clients - len(led.known_failed)
         n_answered = answering.size
-        if self.clock is not None:
+        if self._clock is not None:
             known = np.fromiter(led.known_failed, dtype=np.int64)
             sent = np.setdiff1d(np.arange(self.n_clients), known)
             quiet = ~np.isin(sent, answering)
-            late = self.clock.exchange(
+            late = self._clock.exchange(
                 sent, failed=quiet, models_down=1, eval_samples=self.transport.eval_samples(sent), scalars_up=~quiet
             )
             if late.any():
@@ -321,11 +390,12 @@ class RoundOracle(ClientOracle):
         led = self.ledger
         ids = led.ids(ids, f"{self.name}.local_updates")
         self._asked("local_updates", ids)
-        new = led.send_model(ids)
+        new = self._send_model(ids)
         todo = led.to_train(ids)
         samples = np.zeros(0, dtype=np.int64)
         if todo.size:
             samples = self._train(todo, purpose="main")
+        full = transform is None or self.transport.transforms_on == "server"  # the full update goes up
         rows: list[np.ndarray | None] = []
         for k in ids.tolist():
             if led.is_failed(k):
@@ -333,12 +403,12 @@ class RoundOracle(ClientOracle):
                 continue
             u = _numpy(led.update(k)).astype(np.float32, copy=True)
             rows.append(u if transform is None else np.asarray(transform(u), dtype=np.float32).reshape(-1))
-        if self.clock is not None:
-            rows = self._time_local_updates(ids, rows, new, todo, samples, full=transform is None)
+        if self._clock is not None:
+            rows = self._time_local_updates(ids, rows, new, todo, samples, full=full)
         for k, r in zip(ids.tolist(), rows):  # what reached the server is charged
             if r is None:
                 continue
-            if transform is None:
+            if full:
                 led.upload([k])  # the server keeps what it received
             else:
                 led.record_floats_up(r.size)
@@ -373,7 +443,7 @@ class RoundOracle(ClientOracle):
             if r is not None and not full:
                 floats[np.searchsorted(reached, k)] += r.size
         failed = led.failed_mask(reached)
-        late = self.clock.exchange(  # type: ignore[union-attr]
+        late = self._clock.exchange(  # type: ignore[union-attr]
             reached,
             failed=failed,
             models_down=np.isin(reached, new),
@@ -403,10 +473,10 @@ class RoundOracle(ClientOracle):
         trained by an oracle question or failed, or the transport trains at once)."""
         led = self.ledger
         self._timed_out = None
-        new = led.send_model(ids)
+        new = self._send_model(ids)
         todo = led.to_train(ids)
         work = cut = None
-        if self.clock is not None:
+        if self._clock is not None:
             todo, work, cut = self._settle(ids, new, todo)
         elif todo.size:
             work = self.transport.prepare(todo, "main")
@@ -442,8 +512,8 @@ class RoundOracle(ClientOracle):
                 led.record_scalars_up(int(reporters.size))  # each reporter's sample_loss_sq, sent with its update
             sq = self.transport.sample_loss_sq(reporters)
         durations = timed_out = after = None
-        if self.clock is not None and self._observed:
-            durations = self.clock.spent[reporters].copy()
+        if self._clock is not None and self._observed:
+            durations = self._clock.spent[reporters].copy()
             timed_out, after = self._timed_out if self._timed_out is not None else (np.zeros(0, np.int64), np.zeros(0))
         losses = led.loss(reporters) if self._report_losses else None
         return Reports(
@@ -471,7 +541,7 @@ class RoundOracle(ClientOracle):
         after training.
         """
         led = self.ledger
-        assert self.clock is not None
+        assert self._clock is not None
         work = self.transport.prepare(todo, "main") if todo.size else None
         samples = work.samples if work is not None else np.zeros(0, dtype=np.int64)
         failed = led.failed_mask(ids)
@@ -484,7 +554,7 @@ class RoundOracle(ClientOracle):
         if not self._report_losses:  # no loss on w^t asked: neither its evaluation nor its scalar is timed
             ask = np.zeros(ids.size, dtype=bool)
         scalars = np.add(ask, ~failed, dtype=np.int64) if self._sample_losses else ask  # + sample_loss_sq
-        settled = self.clock.settle(
+        settled = self._clock.settle(
             ids,
             failed=failed,
             keep=self._keep,

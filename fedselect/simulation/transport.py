@@ -20,7 +20,7 @@ from ..aggregation import apply_deltas
 from ..clock import RoundClock
 from ..ledger import RoundLedger
 from ..optim import LocalSGD
-from ..round import RoundOracle
+from ..round import RoundOracle, TransportPolicies
 from ..selection import Selection
 from .engine import Engine, LocalSchedule, aggregate_buffers
 
@@ -92,7 +92,7 @@ class TestRequest:
         return self.engine.test(self.theta, self.buffers)
 
 
-class EngineClients:
+class EngineClients(TransportPolicies):
     """The simulated clients of one round, on the batched engine (:class:`fedselect.round.OracleTransport`).
 
     Parameters

@@ -103,7 +103,7 @@ def test_one_evaluation_count_cannot_dominate_the_federated_loss(clients):
 def test_records_path_must_be_a_writable_path_before_any_round(clients, tmp_path, monkeypatch, path, error, words):
     """``records_path=1`` was opened as file descriptor 1 (it wrote into stdout and closed it) and a missing
     directory raised only after round 0 trained. Now ``start`` refuses both before any message is sent
-    (mutation: drop ``_check_records_path``)."""
+    (mutation: drop ``check_records_path``)."""
     monkeypatch.chdir(tmp_path)
     grid = LocalGrid(clients.client_app(), N, seed=5)
     strategy = SelectorStrategy("random", n_clients=N, clients_per_round=3, connect_timeout=1.0)

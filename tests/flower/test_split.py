@@ -26,7 +26,7 @@ FLOWER = Path(flower_pkg.__file__).resolve().parent
 ALLOWED = {"_validate_params"}
 
 
-@pytest.mark.parametrize("name", ["strategy.py", "wire.py", "checks.py"])
+@pytest.mark.parametrize("name", ["strategy.py", "transport.py", "records.py", "wire.py", "checks.py"])
 def test_no_private_reaches_between_the_strategy_its_oracle_the_wire_and_the_checks(name):
     """Only ``self._x`` and ``cls._x``: a class touches no other object's private members (mutation: point one of
     FlowerOracle's call sites back at ``self._st._node_of``)."""
@@ -43,7 +43,7 @@ def test_no_private_reaches_between_the_strategy_its_oracle_the_wire_and_the_che
     assert reaches == []
 
 
-@pytest.mark.parametrize("name", ["wire.py", "checks.py"])
+@pytest.mark.parametrize("name", ["wire.py", "checks.py", "transport.py", "records.py"])
 def test_the_collaborators_are_modules_of_a_readable_size(name):
     assert len((FLOWER / name).read_text().splitlines()) <= 800
 
@@ -130,3 +130,19 @@ def test_the_checks_refuse_a_reply_that_names_another_client():
     liar.metadata.__dict__["_src_node_id"] = 8
     got = checks.valid_replies([good, liar])
     assert list(got) == [0] and "names client 0" in checks.rejected[1]
+
+
+def test_flower_asks_through_the_one_oracle():
+    """FlowerOracle is a RoundOracle over FlowerClients: the questions are not written again (mutation: restore an
+    override of ``local_updates`` in flower/transport.py); only the trial-model exchange and the round's training,
+    handed to Flower as messages, are its own. The old import path keeps working."""
+    import fedselect.flower.strategy as strategy
+    import fedselect.flower.transport as transport
+    from fedselect.round import RoundOracle, TransportPolicies
+
+    assert issubclass(transport.FlowerOracle, RoundOracle) and issubclass(transport.FlowerClients, TransportPolicies)
+    shared = ("losses", "_losses", "_ask_losses", "trial", "local_updates", "global_parameters", "aggregate_buffers")
+    assert [name for name in shared if name in vars(transport.FlowerOracle)] == []
+    assert (transport.FlowerClients.transforms_on, transport.FlowerClients.reaches_offline) == ("server", False)
+    for name in ("FlowerOracle", "FlowerRound", "TrainMessages"):
+        assert getattr(strategy, name) is getattr(flower_pkg, name, getattr(transport, name, None)) is not None

@@ -18,7 +18,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.logger import FLOWER_LOGGER
 
-import fedselect.round as round_module
+import fedselect.round.play as round_module  # where the round calls conclude_round
 from fedselect.flower import FederationClients, FlowerRoundWarning, LocalGrid, SelectorStrategy
 from fedselect.simulation import RoundRecord
 
@@ -67,7 +67,7 @@ def test_every_flower_round_is_played_by_the_round_module(fed8, monkeypatch):
     calls, real = [], round_module.conclude_round
 
     def counted(*args, **kwargs):
-        calls.append((kwargs["round"], kwargs["rule"], kwargs["apply"] is not None))
+        calls.append((kwargs["round"], kwargs["aggregation"], kwargs["apply"] is not None))
         return real(*args, **kwargs)
 
     class Inner(FedAvg):
