@@ -198,7 +198,6 @@ class RoundOracle(ClientOracle):
     Attributes
     ----------
     ledger : RoundLedger
-    clock : RoundClock or None
     round, n_clients : int
     """
 
