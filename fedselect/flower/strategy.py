@@ -27,6 +27,7 @@ from .._validation import (
     Predicate,
     StrOptions,
     parameter_message,
+    renamed,
     validate_parameters,
 )
 from ..aggregation import apply_deltas, average_buffer_arrays
@@ -106,7 +107,7 @@ class SelectorStrategy(Strategy):
     :attr:`checks_`, weighted by :func:`fedselect.aggregation.aggregation_weights`, applied as
     w^{t+1} = w^t + sum_k a_k (w_k - w^t), buffers averaged) and teaches the selector a
     :class:`~fedselect.RoundFeedback` of the clients that reported. :meth:`start` is Flower's loop with
-    ``train_timeout``, the centralised evaluation and a JSON line per round.
+    ``deadline``, the centralised evaluation and a JSON line per round.
 
     The server trusts its own configuration, not its clients (:doc:`/security`): a client that does not answer
     in time, answers with an error, sends a reply that fails a check (layout, counts, finite and bounded
@@ -134,8 +135,11 @@ class SelectorStrategy(Strategy):
     aggregation : {None, "data-size", "mean"}
         Rule for selections without weights: None defers to ``inner``; ``"data-size"``
         (n_k over the reporting clients, FedAvg) and ``"mean"`` apply the simulator's rules.
-    query_timeout, train_timeout : float
-        Seconds to wait for the answers to one oracle query, and for the train replies.
+    query_timeout : float
+        Seconds to wait for the answers to one oracle query.
+    deadline : float, default 600.0
+        Seconds to wait for the train replies: a later update is late and its client fails (the trainer's
+        ``deadline``, on the wall clock). ``train_timeout`` is its deprecated name (warns).
     connect_timeout : float
         Seconds the first round waits for all N clients to connect.
     random_state : int in [0, 2**32 - 1], optional
@@ -255,7 +259,8 @@ class SelectorStrategy(Strategy):
         "n_clients": [Interval(Integral, 1, None, closed="left")],
         "aggregation": [None, StrOptions([a for a in _AGGREGATIONS if a is not None])],
         "query_timeout": [Interval(Real, 0, None, closed="neither")],
-        "train_timeout": [Interval(Real, 0, None, closed="neither")],
+        "deadline": [Interval(Real, 0, None, closed="neither")],
+        "train_timeout": [None, Interval(Real, 0, None, closed="neither")],
         "connect_timeout": [Interval(Real, 0, None, closed="neither")],
         "random_state": [None, Interval(Integral, 0, 2**32 - 1, closed="both")],
         "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
@@ -297,7 +302,7 @@ class SelectorStrategy(Strategy):
         n_clients: int,
         aggregation: str | None = None,
         query_timeout: float = 60.0,
-        train_timeout: float = 600.0,
+        deadline: float = 600.0,
         connect_timeout: float = 120.0,
         random_state: int | None = None,
         partial_weights: str = "rescale",
@@ -312,6 +317,7 @@ class SelectorStrategy(Strategy):
         trim_clients: int | None = None,
         max_abs_loss: float = 1e6,
         node_binding: Mapping[int, int] | None = None,
+        train_timeout: float | None = None,
     ) -> None:
         self.selector = selector
         self.inner = inner
@@ -319,6 +325,7 @@ class SelectorStrategy(Strategy):
         self.n_clients = n_clients
         self.aggregation = aggregation
         self.query_timeout = query_timeout
+        self.deadline = renamed("SelectorStrategy", "train_timeout", train_timeout, "deadline", deadline)
         self.train_timeout = train_timeout
         self.connect_timeout = connect_timeout
         self.random_state = random_state
@@ -347,7 +354,7 @@ class SelectorStrategy(Strategy):
         log(INFO, "\t├──> clients per round: %d, aggregation: %s", self.clients_per_round, self.aggregation or "inner")
         if self.buffers:
             log(INFO, "\t├──> buffers (averaged): %s", ", ".join(self.buffers))
-        log(INFO, "\t└──> timeouts: query %.1fs, train %.1fs", self.query_timeout, self.train_timeout)
+        log(INFO, "\t└──> timeouts: query %.1fs, train (deadline) %.1fs", self.query_timeout, self.deadline)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -553,7 +560,7 @@ class SelectorStrategy(Strategy):
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
         records_path: str | os.PathLike[str] | None = None,
     ) -> Result:
-        """Run ``num_rounds`` rounds (Flower's ``Strategy.start``, with ``train_timeout`` for training).
+        """Run ``num_rounds`` rounds (Flower's ``Strategy.start``, with ``deadline`` for training).
 
         ``timeout`` bounds the federated evaluation's wait; ``evaluate_fn(server_round, arrays)``
         is a centralised evaluation run before the first round and after every round. Each
@@ -585,8 +592,8 @@ class SelectorStrategy(Strategy):
         for server_round in range(1, int(num_rounds) + 1):
             log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
             messages = list(self.configure_train(server_round, arrays, train_config, grid))
-            timed = self.wire_.send_and_receive(grid, messages, float(self.train_timeout)) if messages else []
-            with self.wire_.waited_for_training(timed, float(self.train_timeout)):  # the round's transport reads it
+            timed = self.wire_.send_and_receive(grid, messages, float(self.deadline)) if messages else []
+            with self.wire_.waited_for_training(timed, float(self.deadline)):  # the round's transport reads it
                 new_arrays, metrics = self.aggregate_train(server_round, [m for m, _ in timed])
             if new_arrays is not None:
                 arrays = result.arrays = new_arrays

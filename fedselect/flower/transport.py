@@ -407,7 +407,7 @@ class FlowerOracle(RoundOracle):
         ``"sample_losses"``, what each sent with its update (one scalar up per reporter, charged
         as the simulator charges it), after the opt-in loss rules. Clients sent a train message
         that sent nothing back within the round's wait (not even an error) are ``timed_out``,
-        with the seconds waited as the lower bound on their durations (``train_timeout`` under
+        with the seconds waited as the lower bound on their durations (``deadline`` under
         :meth:`SelectorStrategy.start`, else the wait measured between the messages and the replies).
         """
         st, led, world = self.strategy, self.ledger, self.transport
@@ -526,7 +526,7 @@ class FlowerOracle(RoundOracle):
             )
             led.record_scalars_up(int(reported.size))
         timed_out = np.array([k for k in silent if k not in set(reported.tolist())], dtype=np.int64)
-        # start() waited train_timeout for a silent client (a grid that times itself, LocalGrid, knows at once that
+        # start() waited the deadline for a silent client (a grid that times itself, LocalGrid, knows at once that
         # a message is lost, "as if the timeout expired"); replies sent in by another loop: the wait measured here
         after = np.full(
             timed_out.size, float(waited) if st.wire_.train_wait is None else max(float(waited), st.wire_.train_wait)

@@ -146,3 +146,12 @@ def test_flower_asks_through_the_one_oracle():
     assert (transport.FlowerClients.transforms_on, transport.FlowerClients.reaches_offline) == ("server", False)
     for name in ("FlowerOracle", "FlowerRound", "TrainMessages"):
         assert getattr(strategy, name) is getattr(flower_pkg, name, getattr(transport, name, None)) is not None
+
+
+def test_train_timeout_is_the_deprecated_name_of_the_deadline():
+    from fedselect.flower.strategy import SelectorStrategy
+
+    with pytest.warns(DeprecationWarning, match=r"SelectorStrategy: train_timeout= is deprecated.*deadline=5"):
+        old = SelectorStrategy("random", n_clients=4, train_timeout=5)
+    assert old.deadline == 5
+    assert SelectorStrategy("random", n_clients=4, deadline=7).deadline == 7

@@ -52,7 +52,7 @@ def main(grid: Grid, context: Context) -> None:
         n_clients=int(cfg["num-clients"]),
         aggregation="data-size",
         query_timeout=60.0,
-        train_timeout=120.0,
+        deadline=120.0,
         random_state=int(cfg["seed"]),
         node_binding=node_binding(context),
     )
