@@ -64,9 +64,8 @@ class _SelectorSpecs(Constraint):
 class FederatedTrainer(BaseEstimator):
     """Simulate federated training with a client-selection scheme and count what it costs.
 
-    Each round t: the selector chooses clients (optionally asking the paid :class:`~fedselect.ClientOracle`), the
-    chosen clients train together in one batched computation from w^t, their model deltas are aggregated into
-    w^{t+1}, the test set is evaluated, and the selector learns from the :class:`~fedselect.RoundFeedback`.
+    Each round t the selector chooses clients (asking the paid :class:`~fedselect.ClientOracle` if it wants), they
+    train from w^t in one batched computation, their deltas make w^{t+1} (tested), and the selector learns.
 
     Parameters
     ----------
