@@ -128,6 +128,7 @@ NOT_OPTIONS: dict[str, str] = {
     "checkpoint_every": "--checkpoint-every",
     "checkpoint_trusted": "never from the command line: it reads state back with pickle",
     "sizes": "an array of client sizes (dataset synthetic)",
+    "optimizer": "--lr, --momentum, --nesterov, --weight-decay and --prox-mu (one LocalSGD)",
 }
 
 # The commands' own arguments (argparse destinations): a scheme parameter of one of these names gets no option.
