@@ -43,7 +43,7 @@ for name in ("random", "power-of-choice"):
         rounds=30,
         local_epochs=2,
         batch_size=16,
-        lr=0.1,
+        optimizer=fedselect.LocalSGD(lr=0.1),
         random_state=0,
         n_threads=1,
     )

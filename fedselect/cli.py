@@ -656,8 +656,17 @@ def python_equivalent(
     FederatedTrainer(selector='afl', rounds=30, random_state=0).fit(make_federation(n_clients=20, random_state=0))
     """
 
+    from .optim import OPTIMIZER_KEYS
+
     def words(kwargs: Mapping[str, Any]) -> str:
-        return ", ".join([*(f"{k}={v!r}" for k, v in kwargs.items()), f"random_state={seed}"])
+        out, flat = [], [f"{k}={v!r}" for k, v in kwargs.items() if k in OPTIMIZER_KEYS]
+        for k, v in kwargs.items():  # the optimiser's flat settings as one LocalSGD, where the first of them stood
+            if k not in OPTIMIZER_KEYS:
+                out.append(f"{k}={v!r}")
+            elif flat:
+                out.append(f"optimizer=LocalSGD({', '.join(flat)})")
+                flat = []
+        return ", ".join([*out, f"random_state={seed}"])
 
     return f"FederatedTrainer(selector={selector}, {words(trainer)}).fit(make_federation({words(federation)}))"
 
