@@ -290,6 +290,10 @@ class SelectorStrategy(Strategy):
         ],
     }
 
+    def wait_for_training(self) -> float:
+        """Seconds to wait for the train replies: ``deadline`` (or the deprecated ``train_timeout`` when set)."""
+        return self.deadline if self.train_timeout is None else self.train_timeout
+
     def _params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._parameter_constraints}
 
@@ -325,8 +329,9 @@ class SelectorStrategy(Strategy):
         self.n_clients = n_clients
         self.aggregation = aggregation
         self.query_timeout = query_timeout
-        self.deadline = renamed("SelectorStrategy", "train_timeout", train_timeout, "deadline", deadline)
-        self.train_timeout = train_timeout
+        self.deadline = deadline
+        self.train_timeout = train_timeout  # deprecated name of deadline: it wins when given (it warns here)
+        renamed("SelectorStrategy", "train_timeout", train_timeout, "deadline", deadline)
         self.connect_timeout = connect_timeout
         self.random_state = random_state
         self.partial_weights = partial_weights
@@ -354,7 +359,7 @@ class SelectorStrategy(Strategy):
         log(INFO, "\t├──> clients per round: %d, aggregation: %s", self.clients_per_round, self.aggregation or "inner")
         if self.buffers:
             log(INFO, "\t├──> buffers (averaged): %s", ", ".join(self.buffers))
-        log(INFO, "\t└──> timeouts: query %.1fs, train (deadline) %.1fs", self.query_timeout, self.deadline)
+        log(INFO, "\t└──> timeouts: query %.1fs, train (deadline) %.1fs", self.query_timeout, self.wait_for_training())
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -592,8 +597,9 @@ class SelectorStrategy(Strategy):
         for server_round in range(1, int(num_rounds) + 1):
             log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
             messages = list(self.configure_train(server_round, arrays, train_config, grid))
-            timed = self.wire_.send_and_receive(grid, messages, float(self.deadline)) if messages else []
-            with self.wire_.waited_for_training(timed, float(self.deadline)):  # the round's transport reads it
+            wait = float(self.wait_for_training())
+            timed = self.wire_.send_and_receive(grid, messages, wait) if messages else []
+            with self.wire_.waited_for_training(timed, wait):  # the round's transport reads it
                 new_arrays, metrics = self.aggregate_train(server_round, [m for m, _ in timed])
             if new_arrays is not None:
                 arrays = result.arrays = new_arrays

@@ -153,5 +153,5 @@ def test_train_timeout_is_the_deprecated_name_of_the_deadline():
 
     with pytest.warns(DeprecationWarning, match=r"SelectorStrategy: train_timeout= is deprecated.*deadline=5"):
         old = SelectorStrategy("random", n_clients=4, train_timeout=5)
-    assert old.deadline == 5
-    assert SelectorStrategy("random", n_clients=4, deadline=7).deadline == 7
+    assert old.wait_for_training() == 5
+    assert SelectorStrategy("random", n_clients=4, deadline=7).wait_for_training() == 7
