@@ -28,7 +28,7 @@ it by name.
 #
 # A client whose loss is still unknown counts as the largest known loss, so it is
 # likely to be tried. A client that does not answer (in a real federation, or with the
-# trainer's ``dropout``) answers NaN: the scheme keeps the loss it knew.
+# trainer's ``client_dropout``) answers NaN: the scheme keeps the loss it knew.
 #
 # The conventions are scikit-learn's: a keyword-only ``__init__`` that only stores its
 # parameters, learned state in attributes ending in ``_`` created in ``_fit``, the

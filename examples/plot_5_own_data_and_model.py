@@ -191,4 +191,4 @@ plt.show()
 # From here, everything else works on your federation too: another selector
 # (``selector=fedselect.get_selector("fedcor", ...)``), a user loss (``loss="mse"`` for
 # a regression federation), local SGD ``momentum``, a ``callback`` per round, or the
-# ``dropout`` and ``availability`` options to let clinics fail to answer.
+# ``client_dropout`` and ``availability`` options to let clinics fail to answer.

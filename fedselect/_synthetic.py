@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ._validation import renamed
 from .ledger import Costs, RoundLedger
 from .round import Aggregate, RoundOracle, TransportPolicies, play_round
 from .round.play import conclude_round
@@ -171,7 +172,7 @@ class SyntheticOracle(RoundOracle):
         Local learning rate of the single local gradient step.
     spread : float, default=0.1
         Standard deviation of each client's optimum around its group's centre.
-    dropout : float, default=0.0
+    client_dropout : float, default=0.0
         Probability that a client does not answer in a round (drawn per round from its
         own stream): it answers NaN to every question, is charged as sent, and does not
         report if chosen (see :class:`fedselect.ClientOracle`).
@@ -181,6 +182,8 @@ class SyntheticOracle(RoundOracle):
         answers NaN if asked anyway.
     random_state : None, int or numpy RandomState
         Seeds the problem (centres, optima, default n_samples) and every noise stream.
+    dropout : deprecated
+        The former name of ``client_dropout`` (warns; both set: an error).
 
     Attributes
     ----------
@@ -227,14 +230,18 @@ class SyntheticOracle(RoundOracle):
         noise: float = 0.01,
         lr: float = 0.5,
         spread: float = 0.1,
-        dropout: float = 0.0,
+        client_dropout: float = 0.0,
         offline: float = 0.0,
         random_state: Any = None,
+        dropout: float | None = None,
     ) -> None:
+        # dropout: the former name of client_dropout (warns; both set: an error)
+        client_dropout = renamed("SyntheticOracle", "dropout", dropout, "client_dropout", client_dropout, 0.0)
         if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
             raise ValueError(f"SyntheticOracle: n_clients={n_clients!r} must be an integer >= 1")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating)) or not 0 <= dropout < 1:
-            raise ValueError(f"SyntheticOracle: dropout={dropout!r} must be a number in [0, 1)")
+        bad = isinstance(client_dropout, bool) or not isinstance(client_dropout, (int, float, np.floating))
+        if bad or not 0 <= client_dropout < 1:
+            raise ValueError(f"SyntheticOracle: client_dropout={client_dropout!r} must be a number in [0, 1)")
         if isinstance(offline, bool) or not isinstance(offline, (int, float, np.floating)) or not 0 <= offline < 1:
             raise ValueError(f"SyntheticOracle: offline={offline!r} must be a number in [0, 1)")
         rng = check_random_state(random_state)
@@ -243,7 +250,7 @@ class SyntheticOracle(RoundOracle):
         self.dim = int(dim)
         self.noise = float(noise)
         self.lr = float(lr)
-        self.dropout = float(dropout)
+        self.client_dropout = float(client_dropout)
         if n_samples is None:
             n_samples = rng.randint(10, 301, size=self.n_clients)
         self.n_samples = ClientPool(np.asarray(n_samples)).n_samples
@@ -265,8 +272,8 @@ class SyntheticOracle(RoundOracle):
     # -- rounds ------------------------------------------------------------------------
     def _new_ledger(self, world: QuadraticClients) -> RoundLedger:
         """This round's ledger, its dropout and offline clients drawn from their streams; sets ``_online``."""
-        if self.dropout > 0:
-            unavailable = np.flatnonzero(world.stream(3).random(self.n_clients) < self.dropout)
+        if self.client_dropout > 0:
+            unavailable = np.flatnonzero(world.stream(3).random(self.n_clients) < self.client_dropout)
         else:
             unavailable = np.zeros(0, dtype=np.int64)
         self._online = None
@@ -311,7 +318,7 @@ class SyntheticOracle(RoundOracle):
 
     @property
     def unavailable(self) -> frozenset[int]:
-        """The clients that do not answer this round (drawn from ``dropout``) or that failed."""
+        """The clients that do not answer this round (drawn from ``client_dropout``) or that failed."""
         return self.ledger.failed
 
     def true_losses(self) -> np.ndarray:
@@ -356,7 +363,7 @@ class SyntheticOracle(RoundOracle):
         """Train the selected clients, aggregate what the reporting ones sent, and return the feedback.
 
         The selection is used as given (validate it first with
-        :meth:`Selection.validated`). Clients that fail this round (``dropout``) do not
+        :meth:`Selection.validated`). Clients that fail this round (``client_dropout``) do not
         report. Without weights the update is the mean of the reporting clients' deltas,
         a client counted ``selection.counts`` times when counts are present; with
         weights, each reporting client's delta is multiplied by its weight (as given, or

@@ -403,18 +403,47 @@ def invalid_values(constraints: Iterable[Any]) -> list[Any]:
     return out
 
 
-def renamed(owner: str, old: str, old_value: Any, new: str, new_value: Any) -> Any:
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` that attributes a warning to the innermost frame outside fedselect (the user's call),
+    counted from the function that calls this one: a script sees the warning, fedselect's own calls do not."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_NO_DEFAULT = object()
+
+
+def renamed(owner: str, old: str, old_value: Any, new: str, new_value: Any, default: Any = _NO_DEFAULT) -> Any:
     """The value of a keyword that was renamed: ``new_value``, or ``old_value`` (with a ``DeprecationWarning``
-    naming both) when the old name was given. One name per concept across the trainer, the engine, Flower and
-    the command line (ARCHITECTURE.md); the old names keep working for a deprecation period."""
+    naming both, attributed to the caller outside fedselect) when the old name was given (not None). With
+    ``default`` (the new keyword's default), both given is an error naming both. One name per concept across
+    the trainer, the engine, Flower and the command line (ARCHITECTURE.md); the old names keep working for a
+    deprecation period."""
     if old_value is None:
         return new_value
+    if default is not _NO_DEFAULT and not _same(new_value, default):
+        raise InvalidParameterError(
+            f"{owner}: {new}={new_value!r} and its deprecated name {old}={old_value!r} are both set; "
+            f"give it once, as {new}="
+        )
     import warnings
 
     warnings.warn(
         f"{owner}: {old}= is deprecated and will be removed in fedselect 1.0; use {new}={old_value!r}",
         DeprecationWarning,
-        stacklevel=3,
+        stacklevel=outside_stacklevel(),
     )
     return old_value
 
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an array-like compared elementwise: not the default
+        return a is b

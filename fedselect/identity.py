@@ -39,6 +39,7 @@ from .optim import flat_settings
 __all__ = [
     "ADDED_LATER",
     "NOT_IDENTIFYING",
+    "RENAMED",
     "canonical",
     "checkpoint_fingerprint",
     "federation_fingerprint",
@@ -49,6 +50,7 @@ __all__ = [
     "record_settings",
     "run_key",
     "stable",
+    "stored_names",
     "trainer_identity",
 ]
 
@@ -97,6 +99,29 @@ At that default a parameter is left out of what identifies a run (trainer checkp
 comparison's saved settings of a class or instance), so checkpoints and comparisons written
 before it existed resume; a selector unpickled from before it existed gets that default."""
 
+RENAMED: dict[str, dict[str, str]] = {
+    # one name per concept (ARCHITECTURE.md): client failure is not the model's dropout; the Engine's ``path``
+    _TRAINER: {"client_dropout": "dropout", "path": "engine"},
+}
+"""``module:qualname`` -> {parameter: the former name that run keys, checkpoint fingerprints and recorded
+settings keep}. The former name stays a deprecated keyword; a run has one identity however it was spelled."""
+
+
+def stored_names(params: Mapping[str, Any], owner: str = _TRAINER) -> dict[str, Any]:
+    """``params`` as runs are stored: the optimiser as its flat keys (:func:`~fedselect.optim.flat_settings`)
+    and each parameter of :data:`RENAMED` under its former name, in the new name's place, with the former
+    keyword's value when that was given (not None)."""
+    out = flat_settings(params)
+    for new, old in RENAMED.get(owner, {}).items():
+        if new not in out and old not in out:
+            continue
+        value = out[old] if out.get(old) is not None else out.get(new)
+        where = new if new in out else old
+        kept = ((k, v) for k, v in out.items() if k != old or k == where)  # the former name once, in the new's place
+        out = {(old if k == where else k): (value if k == where else v) for k, v in kept}
+    return out
+
+
 NOT_IDENTIFYING: dict[str, tuple[str, ...]] = {
     _TRAINER: (
         "progress",
@@ -143,7 +168,7 @@ def trainer_identity(trainer: Any) -> dict[str, Any]:
     for klass in type(trainer).__mro__:
         skip.update(NOT_IDENTIFYING.get(f"{klass.__module__}:{klass.__qualname__}", ()))
     params = {k: v for k, v in trainer.get_params(deep=False).items() if k not in skip}
-    params = flat_settings(params)  # LocalSGD(lr=0.1) and the flat lr=0.1 are one run
+    params = stored_names(params)  # LocalSGD(lr=0.1) and lr=0.1, path and engine: one run
     dropped = _at_old_default(params, later_defaults(type(trainer)))
     return {k: v for k, v in params.items() if k not in dropped}
 

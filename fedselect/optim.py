@@ -17,15 +17,13 @@ every computing path of the engine; :class:`LocalSGD` carries them as one value,
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
 from typing import Any, ClassVar
 
-from ._validation import Interval, InvalidParameterError, validate_parameters
+from ._validation import Interval, InvalidParameterError, outside_stacklevel, validate_parameters
 
 __all__ = ["LocalSGD", "OPTIMIZER_KEYS", "as_optimizer", "flat_settings", "resolve_optimizer"]
 
@@ -100,15 +98,6 @@ class LocalSGD:
         return {k: getattr(self, k) for k in OPTIMIZER_KEYS}
 
 
-def _outside_the_package() -> int:
-    """The ``stacklevel`` of the innermost frame outside fedselect (the user's call), from the caller of warn."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    frame, level = sys._getframe(2), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 def resolve_optimizer(owner: Any, optimizer: LocalSGD | None, flat: Mapping[str, Any]) -> LocalSGD:
     """The local optimiser an estimator's parameters give: ``optimizer`` or its flat keywords, never both.
 
@@ -135,7 +124,7 @@ def resolve_optimizer(owner: Any, optimizer: LocalSGD | None, flat: Mapping[str,
             f"{name}: the flat optimiser keywords ({given}) are deprecated and will be removed in fedselect 1.0; "
             f"pass optimizer=LocalSGD({given}) instead (fedselect.LocalSGD)",
             DeprecationWarning,
-            stacklevel=_outside_the_package(),
+            stacklevel=outside_stacklevel(),
         )
     return LocalSGD(**{k: flat.get(k, default[k]) for k in OPTIMIZER_KEYS})
 

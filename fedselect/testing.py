@@ -112,7 +112,7 @@ def _run(
     *,
     fit: bool = True,
     on_round: Callable[[int, Selection, RoundFeedback], None] | None = None,
-    dropout: float = 0.0,
+    client_dropout: float = 0.0,
     offline: float = 0.0,
 ) -> list[tuple[list[int], list[float] | None]]:
     """Play ``n_rounds`` rounds on a fresh SyntheticOracle through :func:`fedselect.round.play_round`; return the
@@ -121,7 +121,7 @@ def _run(
     if fit:
         selector.fit(pool)
     oracle = SyntheticOracle(
-        pool.n_clients, n_samples=pool.n_samples, random_state=seed, dropout=dropout, offline=offline
+        pool.n_clients, n_samples=pool.n_samples, random_state=seed, client_dropout=client_dropout, offline=offline
     )
     out = []
     for t in range(n_rounds):
@@ -347,14 +347,14 @@ def check_missing_answers(
     0.3 and 0.9 (so some rounds have no reporter at all, and whole oracle answers are
     NaN): every selection must stay valid with finite, non-negative weights.
     """
-    _run_with_failures(selector, "dropout", (0.3, 0.9), n_rounds=n_rounds, pools=pools, seed=seed)
+    _run_with_failures(selector, "client_dropout", (0.3, 0.9), n_rounds=n_rounds, pools=pools, seed=seed)
 
 
 def _run_with_failures(
     selector: BaseSelector, kind: str, levels: Sequence[float], *, n_rounds: int,
     pools: Sequence[ClientPool] | None, seed: int,
 ) -> None:
-    """Run ``selector`` on oracles with ``kind`` (``dropout`` or ``offline``) at each level; any failure an
+    """Run ``selector`` on oracles with ``kind`` (``client_dropout`` or ``offline``) at each level; any failure an
     AssertionError naming the level, the pool and n."""
     pools = make_pools(seed, (7, 20)) if pools is None else pools
     for level in levels:

@@ -183,7 +183,7 @@ def test_compare_with_client_dropout(tmp_path, capsys):
         "0",
         "--out",
         str(out),
-        "--dropout",
+        "--client-dropout",
         "0.4",
         "--n-clients",
         "10",

@@ -375,7 +375,7 @@ def test_without_intervals_the_per_round_draw_decides(fed):
     """Profiles without availability: the trainer's dropout draw alone decides who fails, as without a clock."""
     import dataclasses
 
-    kw = dict(rounds=3, clients_per_round=3, dropout=0.4)
+    kw = dict(rounds=3, clients_per_round=3, client_dropout=0.4)
     a = _trainer("random", **kw).fit(fed).history_
     b = _trainer("random", **kw).fit(dataclasses.replace(fed, profiles=_profiles())).history_
     assert [r.failed for r in a.rounds] == [r.failed for r in b.rounds]

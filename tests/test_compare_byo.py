@@ -183,7 +183,7 @@ def _how_it_was_made(saved, folder):
         from benchmarks.studies.dropout import dropout_table
 
         argv = ["compare", "--preset", "digits-quick", "--selectors", *dropout_table.SCHEMES,
-                "--dropout", folder.name.removeprefix("dropout-")]
+                "--client-dropout", folder.name.removeprefix("dropout-")]
     elif script in ("fedselect", "cli.py"):
         argv = command[command.index(next(a for a in command if Path(a).name == script)) + 1:]
     else:

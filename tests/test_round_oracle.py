@@ -98,12 +98,12 @@ def test_a_transform_on_the_client_charges_its_rows_and_on_the_server_the_full_u
 
 
 def test_a_server_that_sees_who_is_offline_sends_them_nothing():
-    oracle = SyntheticOracle(12, dropout=0.5, noise=0.0, random_state=3)
+    oracle = SyntheticOracle(12, client_dropout=0.5, noise=0.0, random_state=3)
     offline = len(oracle.ledger.failed)
     assert 0 < offline < 12
     oracle.losses(np.arange(12))
     assert oracle.costs.models_down == 12  # the simulator's server pays for messages to offline clients
-    oracle = SyntheticOracle(12, dropout=0.5, noise=0.0, random_state=3)
+    oracle = SyntheticOracle(12, client_dropout=0.5, noise=0.0, random_state=3)
     oracle.transport.reaches_offline = False
     out = oracle.losses(np.arange(12))
     assert oracle.costs.models_down == 12 - offline and np.isnan(out).sum() == offline

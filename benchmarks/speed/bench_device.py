@@ -1,9 +1,8 @@
 """Seconds per round and a small grid's time on every device and engine path found, beside a bound measured here.
 
 For each device torch sees (the CPU; each CUDA GPU's kind once, as ``cuda``; ``mps``) and each
-engine path the trainer offers (today the eager reference path; a compiled path, when
-:class:`~fedselect.FederatedTrainer` grows an ``engine`` parameter, is picked up from its declared
-options and measured the same way), the script measures:
+engine path the trainer offers (its ``path`` parameter's declared options: the eager reference
+path and the compiled one, measured the same way), the script measures:
 
 * **seconds per round**: one run of a CIFAR-10 setting (FedCor's CIFAR CNN by default, C
   clients per round, one local epoch), the median of its rounds after the first (the first pays
@@ -36,7 +35,6 @@ Defaults keep a CPU-only machine under about three minutes.
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import platform
 import statistics
@@ -69,21 +67,16 @@ def devices_found() -> list[str]:
 
 
 def engine_paths() -> list[str]:
-    """The engine paths the trainer offers: its ``engine`` parameter's declared options when it has one
-    (a compiled path, when it exists), else the eager reference path alone."""
-    if "engine" not in inspect.signature(FederatedTrainer.__init__).parameters:
-        return ["eager"]
+    """The engine paths the trainer offers: its ``path`` parameter's declared options."""
     from fedselect._validation import StrOptions
 
-    declared = FederatedTrainer._parameter_constraints.get("engine", [])
+    declared = FederatedTrainer._parameter_constraints.get("path", [])
     return [o for c in declared if isinstance(c, StrOptions) for o in c.options] or ["eager"]
 
 
 def path_params(path: str) -> dict[str, Any]:
-    """The trainer keyword that selects ``path`` (nothing for the reference path of a trainer without one)."""
-    if "engine" not in inspect.signature(FederatedTrainer.__init__).parameters:
-        return {}
-    return {"engine": path}
+    """The trainer keyword that selects ``path``."""
+    return {"path": path}
 
 
 def device_name(device: str) -> str:

@@ -345,7 +345,7 @@ def check_plan(
     ValueError, TypeError, KeyError
         The first problem found, naming the label, the parameter, the seed or the path.
     """
-    from .._validation import Interval, InvalidParameterError, validate_parameters
+    from .._validation import Interval, InvalidParameterError, renamed, validate_parameters
     from ..optim import as_optimizer
     from ..simulation.trainer import FederatedTrainer
 
@@ -393,7 +393,10 @@ def check_plan(
         if model not in registry("models"):  # names and aliases
             raise KeyError(f"unknown model {model!r}; registered models: {', '.join(list_models())}")
     check_clients_per_round(trainer_kw.get("clients_per_round"), source.n_clients() if source else None)
-    if trainer_kw.get("engine") == "compiled":
+    for new, old in provenance.RENAMED[provenance.qualname(FederatedTrainer)].items():  # warns; both set: an error
+        default = inspect.signature(FederatedTrainer).parameters[new].default
+        renamed("FederatedTrainer", old, trainer_kw.get(old), new, getattr(tr, new), default)
+    if provenance.stored_names(trainer_kw).get("engine") == "compiled":
         _check_compiled_path(trainer_kw, source)
     if source is not None and source.kind == "mapping" and source.spec.get("profiles") is not None:
         for seed in seeds:  # a bad kind, parameter or file, or devices for another number of clients
@@ -404,7 +407,7 @@ def check_plan(
 
 
 def _check_compiled_path(trainer_kw: Mapping[str, Any], source: FederationSource | None) -> None:
-    """Refuse ``engine="compiled"`` for a model or loss the compiled path does not take, before any run trains.
+    """Refuse ``path="compiled"`` for a model or loss the compiled path does not take, before any run trains.
 
     The model is built on the federation's input shape when a Federation object is given, else on a probe shape
     (the rule looks at the layers' kinds, not their sizes); a builder that cannot build on the probe shape is left
@@ -422,14 +425,14 @@ def _check_compiled_path(trainer_kw: Mapping[str, Any], source: FederationSource
     probe = types.SimpleNamespace(input_shape=shape, n_classes=n_out, n_outputs=n_out)
     state = torch.get_rng_state()
     try:
-        module = build_initial_model(model, trainer_kw.get("model_params"), probe, owner="engine='compiled'")
+        module = build_initial_model(model, trainer_kw.get("model_params"), probe, owner="path='compiled'")
     except Exception:  # a builder that needs the real data: the Engine checks when the first run starts
         return
     finally:
         torch.set_rng_state(state)  # building draws initial weights; the runs seed torch themselves anyway
     why = compiled_path_refusal(module, trainer_kw.get("loss", "cross-entropy")) or compile_unusable()
     if why is not None:
-        raise ValueError(f"engine='compiled' is refused before any run trains: {why}")
+        raise ValueError(f"path='compiled' is refused before any run trains: {why}")
 
 
 def _check_writable_dir(directory: Path) -> None:
@@ -493,6 +496,7 @@ def run_settings(federation: Any, trainer: Mapping[str, Any], selector: Any, see
 
         device = device_setting(trainer["device"])
         trainer = {k: v for k, v in trainer.items() if k != "device"} | ({} if device == "cpu" else {"device": device})
+    trainer = provenance.stored_names(trainer)  # keyed by the names runs were stored under (client_dropout: dropout)
     if trainer.get("engine") == "eager":  # the reference path: keyed as every run before engine existed
         trainer = {k: v for k, v in trainer.items() if k != "engine"}
     return provenance.record_settings(federation, trainer, spec.settings(), seed, plugins=plugins)

@@ -20,6 +20,7 @@ from typing import Any
 from ..identity import (
     ADDED_LATER,
     NOT_IDENTIFYING,
+    RENAMED,
     canonical,
     checkpoint_fingerprint,
     federation_fingerprint,
@@ -30,12 +31,14 @@ from ..identity import (
     record_settings,
     run_key,
     stable,
+    stored_names,
     trainer_identity,
 )
 
 __all__ = [
     "ADDED_LATER",
     "NOT_IDENTIFYING",
+    "RENAMED",
     "RESULT_FORMAT",
     "canonical",
     "checkpoint_fingerprint",
@@ -50,6 +53,7 @@ __all__ = [
     "record_settings",
     "run_key",
     "stable",
+    "stored_names",
     "trainer_identity",
 ]
 

@@ -11,6 +11,7 @@ import torch
 from flwr.app import Array, ArrayRecord, Context, MetricRecord
 from flwr.clientapp import ClientApp
 
+from .._validation import renamed
 from ..simulation._compiled import PATHS
 from ..simulation.engine import Engine, LocalSchedule, resolve_device
 from ..simulation.trainer import build_engine
@@ -46,13 +47,13 @@ class FederationClients:
         Where this process trains and evaluates, as ``FederatedTrainer(device=...)``: checked here,
         before any message (a device the machine lacks is a ``ValueError`` naming those it has);
         replies leave as CPU arrays. Each SuperNode resolves ``"auto"`` on its own machine.
-    engine : {"eager", "compiled"}, default "eager"
-        How this process computes a local step, as ``FederatedTrainer(engine=...)``: the bit-stable
+    path : {"eager", "compiled"}, default "eager"
+        How this process computes a local step, as ``FederatedTrainer(path=...)``: the bit-stable
         eager reference, or each step one ``torch.compile`` graph (the built-in ``logistic`` and ``mlp``
         with cross-entropy; compiled once per process, rounded differently from eager, so its clients'
         updates are not the eager simulator's bits). A value not in the list is a ``ValueError`` here;
         a model the compiled path does not take is refused where the server builds the initial model,
-        before any message. See :ref:`devices_compiled`.
+        before any message. See :ref:`devices_compiled`. ``engine=`` is its former name (warns).
     pooled_losses : bool, default True
         Measure l_k as the simulator does when it asks every client at once: one forward pass
         over the whole federation's evaluation data, row k (cached per model within a
@@ -109,14 +110,16 @@ class FederationClients:
         random_state: int = 0,
         pooled_losses: bool = True,
         device: str | torch.device = "cpu",
-        engine: str = "eager",
+        path: str = "eager",
+        engine: str | None = None,
     ) -> None:
+        path = renamed("FederationClients", "engine", engine, "path", path, "eager")  # engine=: the former name
         if local_steps is not None and local_epochs is not None:
             raise ValueError("FederationClients: set local_steps or local_epochs, not both")
-        if not isinstance(engine, str) or engine not in PATHS:
-            raise ValueError(f"FederationClients: engine={engine!r} is not one of {list(PATHS)}")
+        if not isinstance(path, str) or path not in PATHS:
+            raise ValueError(f"FederationClients: path={path!r} is not one of {list(PATHS)}")
         self.device = resolve_device(device)
-        self.engine_path = engine
+        self.engine_path = path
         self._federation = federation
         self.model = model
         self.model_params = dict(model_params or {})

@@ -182,7 +182,7 @@ def _start(trainer: Any, fed: Any, setup: RunSetup) -> RunState:
         loss=trainer.loss,
         owner="FederatedTrainer",
         device=trainer.device,
-        path=trainer.engine,
+        path=setup.path,
     )
     buffers = dict(engine.buffers) or None
     selector = setup.make_selector()

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import validate_parameters
+from .._validation import renamed, validate_parameters
 from ..aggregation import aggregation_weights
 from ..clock import SimulatedClock
-from ..optim import OPTIMIZER_KEYS, flat_settings, resolve_optimizer
+from ..identity import stored_names
+from ..optim import OPTIMIZER_KEYS, resolve_optimizer
 from ..selection import BaseSelector, Selection, check_param, is_int, is_real
 from .engine import Engine, LocalSchedule, device_setting
 from .models import build_model
@@ -52,7 +53,7 @@ class RunSetup:
     schedule : LocalSchedule
         Each chosen client's local work.
     report_prob : ndarray or None
-        Each client's probability of answering in a round (``availability`` times ``1 - dropout``); None when
+        Each client's probability of answering in a round (``availability`` times ``1 - client_dropout``); None when
         every client always answers.
     profiles : ClientProfiles or None
         The devices the clock runs on; None without a clock.
@@ -62,6 +63,11 @@ class RunSetup:
 
     def __init__(self, trainer: Any, fed: Any) -> None:
         self.trainer = trainer
+        #: ``client_dropout`` and ``path``, or their deprecated names (warned about here; both set: an error).
+        self.client_dropout = float(
+            renamed("FederatedTrainer", "dropout", trainer.dropout, "client_dropout", trainer.client_dropout, 0.0)
+        )
+        self.path = str(renamed("FederatedTrainer", "engine", trainer.engine, "path", trainer.path, "eager"))
         _check(trainer, fed)
         self.n_clients = int(fed.n_clients)
         self.n_samples = fed.n_samples
@@ -100,7 +106,7 @@ class RunSetup:
         tr = self.trainer
         avail = tr.availability
         if avail is None:
-            return None if tr.dropout == 0 else np.full(fed.n_clients, 1.0 - float(tr.dropout))
+            return None if self.client_dropout == 0 else np.full(fed.n_clients, 1.0 - self.client_dropout)
         if callable(avail):
             avail = avail(fed)
         try:
@@ -116,7 +122,7 @@ class RunSetup:
             f"None, or {fed.n_clients} probabilities in [0, 1] (one per client), or a callable returning them",
         )
         assert arr is not None
-        return arr * (1.0 - float(tr.dropout))
+        return arr * (1.0 - self.client_dropout)
 
     def _clock_profiles(self, fed: Any) -> tuple[Any, bool]:
         """The profiles the clock runs on (None: no clock), and whether the run observes the clock."""
@@ -225,7 +231,7 @@ class RunSetup:
         """The run's settings as plain values (``history_.config``)."""
         tr = self.trainer
         params = {k: v for k, v in tr.get_params(deep=False).items() if k not in _NOT_SETTINGS}
-        params = flat_settings(params)  # the optimiser as the flat keys runs recorded before it held
+        params = stored_names(params)  # as runs recorded before: the optimiser's flat keys, dropout, engine
         if isinstance(params.get("model"), torch.nn.Module):
             params["model"] = type(params["model"]).__name__
         for key in ("model", "loss"):
@@ -318,9 +324,7 @@ def build_engine(
             module, fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test, loss=loss, device=device, path=path
         )
     except ValueError as exc:
-        # the Engine names its own parameter (path=); the trainer's user set engine=
-        said = f" engine={path!r}:" if str(exc).startswith("path=") else ""
-        raise ValueError(f"{owner}:{said} {exc}") from exc
+        raise ValueError(f"{owner}: {exc}") from exc  # the Engine's message names path=, as the trainer's user
     check_single_sample_batches(engine, fed.n_train_samples, batch_size, local_steps, owner=owner)
     return engine
 

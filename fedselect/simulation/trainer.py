@@ -145,14 +145,14 @@ class FederatedTrainer(BaseEstimator):
         torch splits float sums.
     callback : callable, optional
         Called as ``callback(trainer, record)`` after every round.
-    dropout : float, default 0.0
-        Client failures: the probability that a client fails to answer in a round (it
-        is unavailable: a chosen client does not report, an oracle question to it is
-        charged as sent and answered NaN; see :class:`fedselect.ClientOracle`).
+    client_dropout : float, default 0.0
+        Client failures (not the model's dropout layers, set in ``model_params``): the probability that a
+        client fails to answer in a round (it is unavailable: a chosen client does not report, an oracle
+        question to it is charged as sent and answered NaN; see :class:`fedselect.ClientOracle`).
     availability : None, array-like of float or callable, default None
         Per-client probabilities of being available in a round, or ``f(federation) -> array``: client k answers
-        with probability ``availability[k] * (1 - dropout)``, drawn from a stream keyed by (seed, round), so every
-        selector of one seed faces the same failures (see :ref:`user_guide_failures`).
+        with probability ``availability[k] * (1 - client_dropout)``, drawn from a stream keyed by (seed, round),
+        so every selector of one seed faces the same failures (see :ref:`user_guide_failures`).
     partial_weights : {"rescale", "as-given"}, default "rescale"
         When some chosen clients fail, the reporters' weights are rescaled to keep the selection's total, or kept
         as given (the failed share is lost); see :func:`fedselect.ledger.reporter_weights`.
@@ -211,13 +211,18 @@ class FederatedTrainer(BaseEstimator):
         view and the checkpoints stay on the CPU. One seed gives the same bits on every machine of one kind
         (the CPU's are those of every earlier version); other kinds round differently. The run's settings
         (``history_.config``) record the kind ``"auto"`` chose. See :ref:`devices`.
-    engine : {"eager", "compiled"}, default "eager"
-        How local steps are computed: ``"eager"``, the bit-stable reference, or ``"compiled"``, each step
-        one ``torch.compile`` graph (faster, rounded differently). The compiled path takes the built-in
-        Flatten/Linear/ReLU/Dropout chains (``logistic``, ``mlp``) with ``loss="cross-entropy"``; another
-        model, or a machine where torch.compile fails, is refused before training. Its float rounding
-        and dropout masks differ from eager's (the same call still gives the same bits), so a compiled
-        run is another run: its settings, key and checkpoints record the path. See :ref:`devices_compiled`.
+    path : {"eager", "compiled"}, default "eager"
+        The computing path of local steps (the Engine's ``path``): ``"eager"``, the bit-stable reference, or
+        ``"compiled"``, each step one ``torch.compile`` graph (faster, rounded differently). The compiled path
+        takes the built-in Flatten/Linear/ReLU/Dropout chains (``logistic``, ``mlp``) with
+        ``loss="cross-entropy"``; another model, or a machine where torch.compile fails, is refused before
+        training. Its float rounding and dropout masks differ from eager's (the same call still gives the same
+        bits), so a compiled run is another run: its settings, key and checkpoints record the path (under the
+        former name ``engine``). See :ref:`devices_compiled`.
+    dropout, engine : deprecated
+        The former names of ``client_dropout`` and ``path`` (one name per concept: ``dropout`` is the model's,
+        ``path`` the Engine's). They work with a ``DeprecationWarning`` until fedselect 1.0; with the new name
+        also set, the fit refuses both. Run keys and recorded settings keep the former names.
 
     Attributes
     ----------
@@ -232,13 +237,9 @@ class FederatedTrainer(BaseEstimator):
         The final global model, flattened.
     buffers_ : dict of str to ndarray
         The final global buffers (batch norm running statistics), by name; empty for a model
-        without buffers.
+        without buffers. Each round they are the reporters' weighted mean (FedAvg of buffers, not FedBN).
     resumed_from_ : int
         The round this call started from: 0, or the round after the checkpoint it resumed.
-
-    Notes
-    -----
-    Batch norm: the global buffers are the reporters' weighted mean (FedAvg of buffers, not FedBN).
 
     Examples
     --------
@@ -279,7 +280,7 @@ class FederatedTrainer(BaseEstimator):
         progress: bool = False,
         n_threads: int | None = 1,
         callback: Callable[..., Any] | None = None,
-        dropout: float = 0.0,
+        client_dropout: float = 0.0,
         availability: Any = None,
         partial_weights: str = "rescale",
         divergence: float | None = 10.0,
@@ -294,7 +295,9 @@ class FederatedTrainer(BaseEstimator):
         choose_among: str = "online",
         server_knows_profiles: bool = False,
         device: str | torch.device = "cpu",
-        engine: str = "eager",
+        path: str = "eager",
+        dropout: float | None = None,
+        engine: str | None = None,
     ) -> None:
         self.selector = selector
         self.model = model
@@ -323,7 +326,7 @@ class FederatedTrainer(BaseEstimator):
         self.progress = progress
         self.n_threads = n_threads
         self.callback = callback
-        self.dropout = dropout
+        self.client_dropout = client_dropout
         self.availability = availability
         self.partial_weights = partial_weights
         self.divergence = divergence
@@ -338,7 +341,9 @@ class FederatedTrainer(BaseEstimator):
         self.choose_among = choose_among
         self.server_knows_profiles = server_knows_profiles
         self.device = device
-        self.engine = engine
+        self.path = path
+        self.dropout = dropout  # deprecated name of client_dropout (resolved, with a warning, when the fit starts)
+        self.engine = engine  # deprecated name of path
 
     # -- validation -----------------------------------------------------------------
     # Each parameter's allowed values, as data (see fedselect._validation): _validate checks them
@@ -372,7 +377,7 @@ class FederatedTrainer(BaseEstimator):
         "progress": ["boolean"],
         "n_threads": [None, Interval(Integral, 1, None, closed="left")],
         "callback": [None, callable],
-        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "client_dropout": [Interval(Real, 0, 1, closed="left")],
         "availability": [None, "array-like", callable],  # its length and range are checked against the federation
         "partial_weights": [StrOptions(PARTIAL_WEIGHTS)],
         "divergence": [None, Interval(Real, 1, None, closed="neither")],
@@ -387,7 +392,9 @@ class FederatedTrainer(BaseEstimator):
         "choose_among": [StrOptions(CHOOSE_AMONG)],
         "server_knows_profiles": ["boolean"],
         "device": DEVICE_CONSTRAINTS,  # a name or torch.device this machine has (resolve_device)
-        "engine": [StrOptions(PATHS)],  # Engine's path: eager (the reference) or compiled
+        "path": [StrOptions(PATHS)],  # the Engine's path: eager (the reference) or compiled
+        "dropout": [None, Interval(Real, 0, 1, closed="left")],  # deprecated name of client_dropout
+        "engine": [None, StrOptions(PATHS)],  # deprecated name of path
     }
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:

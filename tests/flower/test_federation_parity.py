@@ -89,20 +89,24 @@ def test_federation_clients_take_an_engine_path_and_refuse_a_bad_one_before_any_
 
     fed = make_federation("digits", partition="shards", n_clients=6, random_state=0)
     for bad in ("fast", "", None, "Compiled"):
-        with pytest.raises(ValueError, match=r"FederationClients: engine=.* is not one of \['eager', 'compiled'\]"):
-            FederationClients(fed, model="logistic", engine=bad)
+        with pytest.raises(ValueError, match=r"FederationClients: path=.* is not one of \['eager', 'compiled'\]"):
+            FederationClients(fed, model="logistic", path=bad)
+    with pytest.warns(DeprecationWarning, match=r"FederationClients: engine= is deprecated .* use path='compiled'"):
+        assert FederationClients(fed, model="logistic", engine="compiled").engine_path == "compiled"  # the former name
+    with pytest.raises(ValueError, match=r"path='compiled' and its deprecated name engine='eager' are both set"):
+        FederationClients(fed, model="logistic", path="compiled", engine="eager")
     def tanh_mlp(shape, n_out):  # not a Flatten/Linear/ReLU/Dropout chain
         return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(shape)), 8), torch.nn.Tanh(),
                                    torch.nn.Linear(8, n_out))
 
-    tanh = FederationClients(fed, model=tanh_mlp, local_steps=2, engine="compiled")
-    with pytest.raises(ValueError, match=r"FederationClients: engine='compiled': path='compiled' compiles .*Sequen"):
+    tanh = FederationClients(fed, model=tanh_mlp, local_steps=2, path="compiled")
+    with pytest.raises(ValueError, match=r"FederationClients: path='compiled' compiles .*Sequen"):
         tanh.initial_arrays()  # on the server, before any message is sent
     if compile_unusable() is not None:
         pytest.skip(f"torch.compile (inductor) is unusable here: {compile_unusable()}")
 
     def update(engine):
-        clients = FederationClients(fed, model="logistic", local_steps=3, batch_size=8, lr=0.1, engine=engine)
+        clients = FederationClients(fed, model="logistic", local_steps=3, batch_size=8, lr=0.1, path=engine)
         arrays = [a.numpy() for a in clients.initial_arrays().values()]
         deltas, metrics = clients.train(arrays, {"fedselect-round": 0}, _context(2))
         return clients, np.concatenate([d.ravel() for d in deltas]), metrics

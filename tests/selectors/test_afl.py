@@ -162,7 +162,7 @@ def test_parameter_errors(name, value):
 def test_a_client_that_did_not_answer_is_asked_again_and_ranks_lowest_meanwhile():
     from fedselect.testing import SyntheticOracle
 
-    oracle = SyntheticOracle(12, dropout=0.5, random_state=3)
+    oracle = SyntheticOracle(12, client_dropout=0.5, random_state=3)
     sel = ActiveFLSelector(random_state=0).fit(ClientPool(oracle.n_samples))
     sel.select(3, round=0, oracle=oracle)
     silent = sorted(oracle.ledger.failed)

@@ -203,7 +203,7 @@ def test_trainer_round_zero_and_memory():
 
 def test_probe_round_does_not_choose_clients_that_did_not_answer():
     for seed in range(20):
-        oracle = SyntheticOracle(20, dropout=0.3, random_state=seed)
+        oracle = SyntheticOracle(20, client_dropout=0.3, random_state=seed)
         sel = LargestDistanceSelector(initial="probe", random_state=seed).fit(ClientPool(oracle.n_samples))
         chosen = sel.select(5, round=0, oracle=oracle)
         failed = oracle.ledger.failed

@@ -447,7 +447,7 @@ def test_empty_candidate_sets_never_break_selection():
 
 
 def test_feedback_without_reporters_or_new_fields_is_fine():
-    oracle = ClockedOracle(20, random_state=0, clock=False, sample_losses=False, dropout=0.9)
+    oracle = ClockedOracle(20, random_state=0, clock=False, sample_losses=False, client_dropout=0.9)
     sel = _fitted(oracle.n_samples)
     oracle.play(sel, 5, 30)
     assert np.isnan(sel.duration_).all() and sel.preferred_duration_ == math.inf  # no clock: no penalty
@@ -632,7 +632,7 @@ def test_a_trainer_checkpoint_resumes_exactly(name, params, digits_fed, tmp_path
         if record.round == 7:
             raise _Stop
 
-    kw = dict(rounds=10, clients_per_round=3, local_steps=2, random_state=5, dropout=0.2)
+    kw = dict(rounds=10, clients_per_round=3, local_steps=2, random_state=5, client_dropout=0.2)
     reference = FederatedTrainer(selector=fedselect.get_selector(name, **params), **kw).fit(digits_fed)
     with pytest.raises(_Stop):
         FederatedTrainer(

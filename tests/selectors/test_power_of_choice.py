@@ -101,7 +101,7 @@ def test_parameter_errors(d):
 
 def test_candidates_that_did_not_answer_rank_last():
     for seed in range(20):
-        oracle = SyntheticOracle(30, dropout=0.4, random_state=seed)
+        oracle = SyntheticOracle(30, client_dropout=0.4, random_state=seed)
         sel = PowerOfChoiceSelector(d=12, random_state=seed).fit(ClientPool(oracle.n_samples))
         chosen = sel.select(4, round=0, oracle=oracle)
         answered = [k for k in sel.last_candidates_.tolist() if k not in oracle.ledger.failed]

@@ -250,11 +250,11 @@ def test_kill_9_at_random_moments_then_the_same_call_equals_an_uninterrupted_run
 
 
 def test_resume_with_client_failures_equals_an_uninterrupted_run(digits_fed, tmp_path):
-    kw = {**_kw("fedcor"), "dropout": 0.3}
+    kw = {**_kw("fedcor"), "client_dropout": 0.3}
     reference = FederatedTrainer(**kw).fit(digits_fed).history_
     assert any(r.failed for r in reference.rounds)
     with pytest.raises(_Stop):
         FederatedTrainer(**kw, checkpoint_dir=tmp_path, checkpoint_every=3, callback=_stop_at(8)).fit(digits_fed)
     assert FederatedTrainer(**kw, checkpoint_dir=tmp_path, checkpoint_every=3).fit(digits_fed).history_ == reference
     with pytest.raises(CheckpointMismatchError, match=r"trainer\.dropout: checkpoint 0\.3, now 0\.1"):
-        FederatedTrainer(**{**kw, "dropout": 0.1}, checkpoint_dir=tmp_path).fit(digits_fed)
+        FederatedTrainer(**{**kw, "client_dropout": 0.1}, checkpoint_dir=tmp_path).fit(digits_fed)

@@ -1,4 +1,4 @@
-"""FederatedTrainer(engine=...): the engine path as a user option, from the trainer to keys, checkpoints and the CLI.
+"""FederatedTrainer(path=...): the engine path as a user option, from the trainer to keys, checkpoints and the CLI.
 
 Eager is the default and keeps every stored key; a compiled run is another run (its settings, key and checkpoint
 fingerprint name the path). Every compiled fit here trains one chain (an MLP with dropout on digits), so the
@@ -50,8 +50,8 @@ def test_a_bad_engine_is_refused_before_anything_is_built(digits_fed, engine, mo
 
     monkeypatch.setattr(trainer, "build_engine", never)
     with pytest.raises(InvalidParameterError) as info:
-        FederatedTrainer(**KW, engine=engine).fit(digits_fed)
-    assert f"FederatedTrainer: parameter engine={engine!r} is invalid" in str(info.value)
+        FederatedTrainer(**KW, path=engine).fit(digits_fed)
+    assert f"FederatedTrainer: parameter path={engine!r} is invalid" in str(info.value)
     assert "'eager'" in str(info.value) and "'compiled'" in str(info.value)  # what it allows
 
 
@@ -61,9 +61,9 @@ def test_eager_is_the_default_and_keeps_every_key_compiled_is_keyed_apart(digits
     def key(**extra):
         return provenance.run_key(run_settings(fed, {**KW, **extra}, "random", 0))
 
-    assert FederatedTrainer().engine == "eager"
-    assert key(engine="eager") == key()  # a comparison keyed without the parameter finds the explicit default
-    settings = run_settings(fed, {**KW, "engine": "compiled"}, "random", 0)
+    assert FederatedTrainer().path == "eager"
+    assert key(path="eager") == key()  # a comparison keyed without the parameter finds the explicit default
+    settings = run_settings(fed, {**KW, "path": "compiled"}, "random", 0)
     assert settings["trainer"]["engine"] == "compiled" and "engine" not in run_settings(fed, KW, "random", 0)["trainer"]
     assert provenance.run_key(settings) != key()
     # a checkpoint's fingerprint: the same as one computed by a trainer without the parameter, unless compiled
@@ -73,14 +73,14 @@ def test_eager_is_the_default_and_keeps_every_key_compiled_is_keyed_apart(digits
     def fingerprint(trainer):
         return provenance.checkpoint_fingerprint(trainer, digits_fed, selector, theta0)
 
-    eager, compiled = fingerprint(FederatedTrainer(**KW)), fingerprint(FederatedTrainer(**KW, engine="compiled"))
+    eager, compiled = fingerprint(FederatedTrainer(**KW)), fingerprint(FederatedTrainer(**KW, path="compiled"))
     assert compiled["trainer.engine"] == "compiled"
     assert {k: v for k, v in compiled.items() if k != "trainer.engine"} == eager
     params = FederatedTrainer.get_params
     monkeypatch.setattr(
         FederatedTrainer,
         "get_params",
-        lambda self, deep=True: {k: v for k, v in params(self, deep).items() if k != "engine"},
+        lambda self, deep=True: {k: v for k, v in params(self, deep).items() if k not in ("path", "engine")},
     )
     assert fingerprint(FederatedTrainer(**KW)) == eager
 
@@ -91,8 +91,8 @@ def test_compiled_on_a_model_it_cannot_compile_fails_before_training_with_the_en
 
     rounds = []
     kw = {**KW, "model": tanh_mlp, "model_params": None}
-    trainer = FederatedTrainer(**kw, engine="compiled", callback=lambda t, r: rounds.append(r))
-    with pytest.raises(ValueError, match=r"FederatedTrainer: engine='compiled': path='compiled' compiles the local"):
+    trainer = FederatedTrainer(**kw, path="compiled", callback=lambda t, r: rounds.append(r))
+    with pytest.raises(ValueError, match=r"FederatedTrainer: path='compiled' compiles the local"):
         trainer.fit(digits_fed)
     assert rounds == []
     # the same model trains on the eager path
@@ -101,8 +101,8 @@ def test_compiled_on_a_model_it_cannot_compile_fails_before_training_with_the_en
 
 def test_compiled_where_torch_compile_fails_is_refused_before_training(digits_fed, monkeypatch):
     monkeypatch.setattr(compiled_module, "compile_unusable", lambda: "CalledProcessError: no C++ compiler")
-    with pytest.raises(ValueError, match=r"engine='compiled': path='compiled' needs torch\.compile .*: CalledProcess"):
-        FederatedTrainer(**KW, engine="compiled").fit(digits_fed)
+    with pytest.raises(ValueError, match=r"FederatedTrainer: path='compiled' needs torch\.compile .*: CalledProcess"):
+        FederatedTrainer(**KW, path="compiled").fit(digits_fed)
 
 
 @pytest.mark.parametrize("model, loss", [("cnn", "cross-entropy"), ("resnet-gn", "cross-entropy"), ("mlp", "mse")])
@@ -114,19 +114,19 @@ def test_a_comparison_refuses_compiled_for_a_model_it_cannot_compile_before_any_
         raise AssertionError("an engine was built before the plan was refused")
 
     monkeypatch.setattr(trainer, "build_engine", never)
-    kw = dict(model=model, loss=loss, engine="compiled", rounds=1, clients_per_round=2)
+    kw = dict(model=model, loss=loss, path="compiled", rounds=1, clients_per_round=2)
     fed = {"dataset": "digits", "n_clients": 8}
-    with pytest.raises(ValueError, match=r"engine='compiled' is refused before any run trains: path='compiled' compi"):
+    with pytest.raises(ValueError, match=r"path='compiled' is refused before any run trains: path='compiled' compi"):
         check_plan(["random"], trainer=kw, seeds=[0], federation=fed, out_dir=tmp_path)
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
-    check_plan(["random"], trainer={**kw, "engine": "eager"}, seeds=[0], federation=fed)  # eager takes it
+    check_plan(["random"], trainer={**kw, "path": "eager"}, seeds=[0], federation=fed)  # eager takes it
 
 
 def test_a_comparison_takes_compiled_for_the_chains_and_checks_torch_compile_first(digits_fed, monkeypatch):
     from fedselect.experiments import plan
     from fedselect.simulation import _compiled
 
-    kw = dict(model="mlp", engine="compiled", rounds=1, clients_per_round=2)
+    kw = dict(model="mlp", path="compiled", rounds=1, clients_per_round=2)
     monkeypatch.setattr(_compiled, "compile_unusable", lambda: None)
     plan.check_plan(["random"], trainer=kw, seeds=[0], federation=digits_fed)  # a Federation object: its shape
     plan.check_plan(["random"], trainer={**kw, "model": "logistic"}, seeds=[0])
@@ -136,21 +136,21 @@ def test_a_comparison_takes_compiled_for_the_chains_and_checks_torch_compile_fir
 
 
 def test_the_cli_compare_refuses_compiled_for_a_cnn_before_training(tmp_path, capsys):
-    args = ["compare", "--selectors", "random", "--seeds", "0", "--model", "cnn", "--engine", "compiled",
+    args = ["compare", "--selectors", "random", "--seeds", "0", "--model", "cnn", "--path", "compiled",
             "--n-clients", "8", "--clients-per-round", "2", "--rounds", "1", "--out", str(tmp_path / "out")]
     assert main(args) != 0
     err = capsys.readouterr().err
-    assert "engine='compiled' is refused before any run trains" in err and "FedCorCNN" in err, err
+    assert "path='compiled' is refused before any run trains" in err and "FedCorCNN" in err, err
     assert not list((tmp_path / "out").glob("runs/*.json"))
 
 
 def test_the_cli_offers_engine_and_refuses_other_values(capsys):
     help_text = " ".join(_help(["run", "--help"], capsys).split())
-    assert "--engine {eager,compiled}" in help_text and "FederatedTrainer's default eager" in help_text
-    assert "--engine {eager,compiled}" in " ".join(_help(["compare", "--help"], capsys).split())
+    assert "--path {eager,compiled}" in help_text and "FederatedTrainer's default eager" in help_text
+    assert "--path {eager,compiled}" in " ".join(_help(["compare", "--help"], capsys).split())
     with pytest.raises(SystemExit):
-        main(["run", "--engine", "fast", *SMALL_ARGS])
-    assert "argument --engine: expected one of ('eager', 'compiled'); got 'fast'" in capsys.readouterr().err
+        main(["run", "--path", "fast", *SMALL_ARGS])
+    assert "argument --path: expected one of ('eager', 'compiled'); got 'fast'" in capsys.readouterr().err
 
 
 def _help(argv, capsys):
@@ -164,8 +164,8 @@ def _help(argv, capsys):
 
 @needs_compile
 def test_a_compiled_run_trains_is_reproducible_and_records_its_path(digits_fed):
-    a = FederatedTrainer(**KW, random_state=5, engine="compiled").fit(digits_fed)
-    b = FederatedTrainer(**KW, random_state=5, engine="compiled").fit(digits_fed)
+    a = FederatedTrainer(**KW, random_state=5, path="compiled").fit(digits_fed)
+    b = FederatedTrainer(**KW, random_state=5, path="compiled").fit(digits_fed)
     eager = FederatedTrainer(**KW, random_state=5).fit(digits_fed)
     assert _bits(a) == _bits(b) and a.history_ == b.history_  # the same call, the same bits
     assert a.parameters_.tobytes() != eager.parameters_.tobytes()  # the option reached the engine: other rounding
@@ -188,14 +188,14 @@ def test_a_checkpoint_resumes_only_on_the_path_that_wrote_it(digits_fed, tmp_pat
 
     kw = dict(KW, random_state=5, checkpoint_dir=tmp_path, checkpoint_every=1)
     with pytest.raises(Stop):
-        FederatedTrainer(**kw, engine=first, callback=stop).fit(digits_fed)
+        FederatedTrainer(**kw, path=first, callback=stop).fit(digits_fed)
     with pytest.raises(CheckpointMismatchError) as info:
-        FederatedTrainer(**kw, engine=then).fit(digits_fed)
+        FederatedTrainer(**kw, path=then).fit(digits_fed)
     saved = "<absent>" if first == "eager" else first  # eager is left out, as in checkpoints from before the option
     assert info.value.differences == {"trainer.engine": (saved, "<absent>" if then == "eager" else then)}
-    resumed = FederatedTrainer(**kw, engine=first).fit(digits_fed)  # its own path resumes it, bit for bit
+    resumed = FederatedTrainer(**kw, path=first).fit(digits_fed)  # its own path resumes it, bit for bit
     assert resumed.resumed_from_ == 2
-    assert _bits(resumed) == _bits(FederatedTrainer(**KW, random_state=5, engine=first).fit(digits_fed))
+    assert _bits(resumed) == _bits(FederatedTrainer(**KW, random_state=5, path=first).fit(digits_fed))
 
 
 @needs_compile
@@ -213,7 +213,7 @@ def test_batched_seeds_batch_only_runs_of_one_path_and_compiled_ones_equal_their
         calls.append([self.path] * len(thetas))
         return train_runs(self, thetas, *args, **kwargs)
 
-    together = [FederatedTrainer(**KW, random_state=s, engine=p) for s in seeds for p in paths]
+    together = [FederatedTrainer(**KW, random_state=s, path=p) for s in seeds for p in paths]
     monkeypatch.setattr(Engine, "train_runs", spy)
     notes: list[str] = []
     assert batched.fit_runs(together, [digits_fed] * len(together), log=notes.append) == [None] * len(together)
@@ -222,9 +222,9 @@ def test_batched_seeds_batch_only_runs_of_one_path_and_compiled_ones_equal_their
     # each round: one batched call per path, each holding that path's two runs
     assert sorted(map(tuple, calls)) == sorted([("eager", "eager"), ("compiled", "compiled")] * KW["rounds"])
     for t in together:
-        alone = FederatedTrainer(**KW, random_state=t.random_state, engine=t.engine).fit(digits_fed)
-        assert t.history_.config["trainer"]["engine"] == t.engine
-        if t.engine == "compiled":
+        alone = FederatedTrainer(**KW, random_state=t.random_state, path=t.path).fit(digits_fed)
+        assert t.history_.config["trainer"]["engine"] == t.path
+        if t.path == "compiled":
             assert _bits(t) == _bits(alone)
         else:
             assert [r.clients for r in t.history_.rounds] == [r.clients for r in alone.history_.rounds]
@@ -234,18 +234,32 @@ def test_batched_seeds_batch_only_runs_of_one_path_and_compiled_ones_equal_their
 @needs_compile
 def test_the_cli_runs_and_compares_on_the_compiled_path(tmp_path, capsys):
     out = tmp_path / "h.json"
-    assert main(["run", "--engine", "compiled", "--out", str(out), *SMALL_ARGS]) == 0
+    assert main(["run", "--path", "compiled", "--out", str(out), *SMALL_ARGS]) == 0
     assert json.loads(out.read_text())["config"]["trainer"]["engine"] == "compiled"
     args = ["compare", "--selectors", "random", "--seeds", "0", "1", "--batch-seeds", *SMALL_ARGS]
-    assert main([*args, "--out", str(tmp_path / "c"), "--engine", "compiled"]) == 0
+    assert main([*args, "--out", str(tmp_path / "c"), "--path", "compiled"]) == 0
     saved = [json.loads(p.read_text()) for p in sorted((tmp_path / "c" / "runs").glob("*.json"))]
     assert [s["settings"]["trainer"]["engine"] for s in saved] == ["compiled", "compiled"]
     capsys.readouterr()
     # eager given or not is one run: a comparison made without --engine is found with --engine eager
     assert main([*args, "--out", str(tmp_path / "e")]) == 0
     capsys.readouterr()
-    assert main([*args, "--out", str(tmp_path / "e"), "--engine", "eager"]) == 0
+    assert main([*args, "--out", str(tmp_path / "e"), "--path", "eager"]) == 0
     assert "2 finished run(s) loaded, 0 to run" in capsys.readouterr().err
     # and the compiled runs are other runs: not silently taken for eager ones
     assert main([*args, "--out", str(tmp_path / "c")]) != 0
     assert "trainer.engine: saved 'compiled', now '(unset)'" in capsys.readouterr().err
+
+
+def test_the_former_name_engine_warns_and_is_the_same_run(digits_fed):
+    """``engine=`` named the Engine's ``path`` in the trainer; it keeps working, with a warning, as one run."""
+    with pytest.warns(DeprecationWarning, match=r"FederatedTrainer: engine= is deprecated .* use path='eager'"):
+        old = FederatedTrainer(**KW, random_state=1, engine="eager").fit(digits_fed)
+    new = FederatedTrainer(**KW, random_state=1, path="eager").fit(digits_fed)
+    assert old.history_ == new.history_ and old.parameters_.tobytes() == new.parameters_.tobytes()
+    assert provenance.trainer_identity(old) == provenance.trainer_identity(new)
+    fed = {"dataset": "digits", "n_clients": 8}
+    keys = [provenance.run_key(run_settings(fed, {**KW, w: "compiled"}, "random", 0)) for w in ("engine", "path")]
+    assert keys[0] == keys[1]
+    with pytest.raises(ValueError, match=r"path='compiled' and its deprecated name engine='eager' are both set"):
+        FederatedTrainer(**KW, path="compiled", engine="eager").fit(digits_fed)

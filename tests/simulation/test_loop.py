@@ -23,7 +23,7 @@ OLD = dict(
     model="logistic",
     rounds=4,
     clients_per_round=3,
-    dropout=0.2,
+    client_dropout=0.2,
     checkpoint_every=2,
     random_state=0,
 )

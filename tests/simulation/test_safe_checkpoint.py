@@ -284,7 +284,7 @@ BUILTINS = [
 def test_every_builtin_resumes_exactly_from_the_safe_format(name, params, digits_fed, tmp_path):
     from fedselect.testing import SyntheticOracle
 
-    kw = dict(KW, dropout=0.2)
+    kw = dict(KW, client_dropout=0.2)
     reference = FederatedTrainer(selector=get_selector(name, **params), **kw).fit(digits_fed)
     with pytest.raises(_Stop):
         FederatedTrainer(selector=get_selector(name, **params), **kw, checkpoint_dir=tmp_path, checkpoint_every=3,

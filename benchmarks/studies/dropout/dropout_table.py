@@ -1,7 +1,7 @@
 """Every built-in selector with and without client failures, on the README's default setting.
 
 Runs (or resumes) ``fedselect compare --preset digits-quick`` over all built-in selectors and
-five seeds, once with every client answering and once with ``--dropout 0.3`` (each client fails
+five seeds, once with every client answering and once with ``--client-dropout 0.3`` (each client fails
 to answer in a round with probability 0.3, drawn from a stream shared by every scheme of one
 seed), then writes ``REPORT.md``: per scheme, rounds to the target with and without failures,
 the slowdown paired by seed (Wilcoxon, Holm-adjusted over the schemes), the share of chosen
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
                 *specs,
                 "--seeds",
                 *map(str, args.seeds),
-                "--dropout",
+                "--client-dropout",
                 str(d),
                 "--paired",
                 "random",
