@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The contracts: the selector contract, the cost ledger, aggregation rules, device profiles and the clock.
     (
         "contracts",
-        ("fedselect.aggregation", "fedselect.clock", "fedselect.ledger", "fedselect.profiles", "fedselect.selection"),
+        ("fedselect.aggregation", "fedselect.clock", "fedselect.ledger", "fedselect.profiles.*", "fedselect.selection"),
     ),
     # The plugin registry: it imports the contracts and leaves only; built-ins register through its hooks.
     ("registry", ("fedselect.plugins",)),
