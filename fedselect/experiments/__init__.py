@@ -9,8 +9,14 @@ A comparison is a grid of independent (scheme, seed) runs. Its parts, each a mod
   was made (commit, machine) and the result files' format;
 * :mod:`~fedselect.experiments.executors`: how the cells run (one after another, seeds batched,
   worker processes, Ray tasks) behind one interface;
-* :mod:`~fedselect.experiments.results`: :class:`~fedselect.experiments.results.Comparison`, the
-  result files and the reports written from them;
+* :mod:`~fedselect.experiments.results`: :class:`~fedselect.experiments.results.Comparison` and
+  :func:`~fedselect.experiments.results.load_comparison`; a comparison answers through
+  :mod:`~fedselect.experiments.horizon` (simulated time and the horizon every scheme is judged
+  at), :mod:`~fedselect.experiments.tables` (the table), :mod:`~fedselect.experiments.paired`
+  (paired tests, misses censored at the horizon) and :mod:`~fedselect.experiments.report` (the
+  report's files in its folder);
+* :mod:`~fedselect.experiments.result_files`: one run's result file, written as the run finishes
+  and read back, bounded and checked;
 * :mod:`~fedselect.experiments.stats`: paired tests and Holm's adjustment;
 * :mod:`~fedselect.experiments.flower_records`: a Flower run's records files read into a
   :class:`~fedselect.experiments.results.Comparison`;

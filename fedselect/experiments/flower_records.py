@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..simulation.history import History, RoundRecord
-from .results import _READ_ERRORS, MAX_CLIENTS, Comparison, _history_problem, read_text
+from .result_files import _READ_ERRORS, MAX_CLIENTS, _history_problem, read_text
+from .results import Comparison
 
 __all__ = ["FlowerRecordsError", "load_flower_records", "read_flower_records", "write_report"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..simulation.history import History
 from . import provenance
-from .results import failure_of, read_result
+from .result_files import failure_of, read_result
 
 __all__ = ["Cell", "FederationSource", "Plan", "check_plan", "plan_cells", "run_settings", "selector_table"]
 

@@ -39,7 +39,8 @@ from . import plan as planning
 from . import provenance
 from .executors import CellRunner, Outcome, make_executor, resolve_batch_seeds
 from .plan import FederationSource, SelectorsArg, check_plan, equalize_overcommit, plan_cells, selector_table
-from .results import Comparison, failure_of, result_payload, write_result
+from .result_files import failure_of, result_payload, write_result
+from .results import Comparison
 
 __all__ = ["run_comparison"]
 
