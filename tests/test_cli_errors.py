@@ -262,7 +262,7 @@ def test_count_of_invalid_inputs():
 def test_a_broken_installed_plugin_leaves_help_working_and_commands_name_it(monkeypatch, capsys):
     import types
 
-    from fedselect import plugins
+    from fedselect import _registry
 
     class _Broken:
         name = "broken"
@@ -272,8 +272,8 @@ def test_a_broken_installed_plugin_leaves_help_working_and_commands_name_it(monk
         def load(self):
             raise ImportError("No module named 'fedselect_broken'")
 
-    monkeypatch.setattr(plugins, "_entry_points", lambda: [_Broken()])
-    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(_registry, "_entry_points", lambda: [_Broken()])
+    monkeypatch.setattr(_registry, "_loaded", False)
     monkeypatch.delenv("FEDSELECT_PLUGINS", raising=False)
     with pytest.raises(SystemExit) as info:
         main(["compare", "--help"])

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import fedselect
-from fedselect import plugins
+from fedselect import _registry, plugins
 
 PLUGIN_SRC = Path(__file__).resolve().parents[1] / "plugins" / "fedselect-divfl" / "src"
 PLUGIN_NAME = "divfl (fedselect-divfl)"  # fedselect names an entry-point plugin "<ep name> (<dist name>)"
@@ -31,7 +31,7 @@ def divfl_on_path(tmp_path, monkeypatch):
         pytest.skip(f"the example plugin is not in this checkout ({PLUGIN_SRC})")
     installed = plugins.pm.get_plugin(PLUGIN_NAME) is not None
     if not installed:
-        monkeypatch.setattr(plugins, "_loaded", False)
+        monkeypatch.setattr(_registry, "_loaded", False)
         assert "divfl" not in fedselect.list_selectors()  # nothing to find before the metadata exists
     info = tmp_path / "fedselect_divfl-0.1.dist-info"
     info.mkdir()
@@ -42,7 +42,7 @@ def divfl_on_path(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     monkeypatch.delenv("FEDSELECT_PLUGINS", raising=False)
-    monkeypatch.setattr(plugins, "_loaded", False)  # restored by monkeypatch at teardown
+    monkeypatch.setattr(_registry, "_loaded", False)  # restored by monkeypatch at teardown
     try:
         yield
     finally:

@@ -40,7 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ("fedselect.aggregation", "fedselect.clock", "fedselect.ledger", "fedselect.profiles.*", "fedselect.selection"),
     ),
     # The plugin registry: it imports the contracts and leaves only; built-ins register through its hooks.
-    ("registry", ("fedselect.plugins",)),
+    # fedselect.plugins is its public face over the plugin manager and tables, user plugins, and selector specs.
+    ("registry", ("fedselect._registry", "fedselect._selector_spec", "fedselect._user_plugins", "fedselect.plugins")),
     ("selectors", ("fedselect.selectors.*",)),
     # The round and the oracle's questions (a module or, once split, a package).
     ("round", ("fedselect.round", "fedselect.round.*")),

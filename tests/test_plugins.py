@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from fedselect import hookspecs, plugins
+from fedselect import _registry, hookspecs, plugins
 from fedselect.hookspecs import hookimpl
 from fedselect.plugins import PluginError, get_selector, get_selector_class, list_selectors, pm
 from fedselect.selection import BaseSelector, Selection
@@ -176,16 +176,16 @@ class _BrokenEntryPoint:
 
 
 def test_a_broken_entry_point_names_the_plugin(monkeypatch):
-    monkeypatch.setattr(plugins, "_entry_points", lambda: [_BrokenEntryPoint()])
-    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(_registry, "_entry_points", lambda: [_BrokenEntryPoint()])
+    monkeypatch.setattr(_registry, "_loaded", False)
     monkeypatch.delenv("FEDSELECT_PLUGINS", raising=False)
     with pytest.raises(PluginError, match=r"'broken' from distribution 'fedselect-broken' failed to load.*ImportError"):
         plugins.load_plugins()
 
 
 def test_fedselect_plugins_env_narrows_entry_points(monkeypatch):
-    monkeypatch.setattr(plugins, "_entry_points", lambda: [_BrokenEntryPoint()])
-    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(_registry, "_entry_points", lambda: [_BrokenEntryPoint()])
+    monkeypatch.setattr(_registry, "_loaded", False)
     monkeypatch.setenv("FEDSELECT_PLUGINS", "")
     plugins.load_plugins()  # the broken plugin is not loaded; the built-ins still are
     assert set(BUILT_INS) <= set(list_selectors())
@@ -202,8 +202,8 @@ def test_an_entry_point_plugin_is_registered(monkeypatch):
         def load(self):
             return plugin
 
-    monkeypatch.setattr(plugins, "_entry_points", lambda: [_EntryPoint()])
-    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(_registry, "_entry_points", lambda: [_EntryPoint()])
+    monkeypatch.setattr(_registry, "_loaded", False)
     monkeypatch.delenv("FEDSELECT_PLUGINS", raising=False)
     try:
         assert "ep-selector" in list_selectors()
@@ -244,7 +244,7 @@ def test_hook_register_selectors():
 def test_built_in_modules_register_through_the_public_marker():
     import fedselect.selectors.random as random_module
 
-    assert pm.is_registered(random_module) or not plugins._loaded
+    assert pm.is_registered(random_module) or not _registry._loaded
     assert hasattr(random_module.register_selectors, "fedselect_impl")
 
 

@@ -15,7 +15,7 @@ import pytest
 from fedselect_divfl import PRESETS, DivFLSelector, facility_location_greedy, pairwise_distances, power_law_partition
 
 import fedselect
-from fedselect import ClientPool, RoundFeedback
+from fedselect import ClientPool, RoundFeedback, _registry
 from fedselect import plugins as fs_plugins
 from fedselect.testing import SyntheticOracle, check_selector
 
@@ -220,7 +220,7 @@ def test_found_through_its_entry_point(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     monkeypatch.delenv("FEDSELECT_PLUGINS", raising=False)
-    monkeypatch.setattr(fs_plugins, "_loaded", False)  # load the entry points again, now with ours
+    monkeypatch.setattr(_registry, "_loaded", False)  # load the entry points again, now with ours
     already = fs_plugins.pm.get_plugin(PLUGIN_NAME) is not None  # e.g. the plugin is pip-installed
     try:
         assert "divfl" in fedselect.list_selectors()
