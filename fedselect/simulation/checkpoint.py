@@ -1,4 +1,4 @@
-"""Checkpoints inside a run: atomic files that carry no code, integrity checks, configuration fingerprints.
+"""Checkpoints inside a run: files that carry no code, integrity checks, a selector's learned state.
 
 A checkpoint file (format 2) is ``MAGIC + sha256(body) + body``, where ``body`` is a zip archive
 of uncompressed members:
@@ -7,12 +7,13 @@ of uncompressed members:
 - ``arrays/<name>.npy``: every numpy array and torch tensor of the state, in numpy's ``.npy``
   format without pickle; each header is checked against the member's size before anything is
   allocated;
-- ``objects/<name>.pickle``: any other value (a selector's learned state). It is written by a
-  pickler that moves every array and tensor into ``arrays/`` and rebuilds numpy and torch
-  objects through this module's own constructors, and read by :class:`SafeUnpickler`, which
-  resolves only an allow-list of globals. A checkpoint therefore never makes fedselect run
-  code chosen by the file; values that do not fit raise :class:`UnsafeStateError` when written,
-  unless the caller trusts its checkpoint directory (:class:`Pickled` with ``trusted=True``).
+- ``objects/<name>.pickle``: any other value (a selector's learned state), in the restricted
+  pickle of :mod:`fedselect.simulation.safe_pickle`: written by a pickler that moves every array
+  and tensor into ``arrays/`` and rebuilds numpy and torch objects through its own constructors,
+  and read by :class:`SafeUnpickler`, which resolves only an allow-list of globals. A checkpoint
+  therefore never makes fedselect run code chosen by the file; values that do not fit raise
+  :class:`UnsafeStateError` when written, unless the caller trusts its checkpoint directory
+  (:class:`Pickled` with ``trusted=True``).
 
 The digest makes a truncated, empty or bit-flipped file detectable before anything is decoded;
 such a file, or one whose archive or objects cannot be decoded, is moved aside (renamed
@@ -21,28 +22,19 @@ pickle format of earlier versions (``FEDSELECT-CHECKPOINT-1``) is never unpickle
 raises :class:`LegacyCheckpointError`, so that finished work is not discarded without the
 user's say (see its message).
 
-Files are written atomically: a temporary file in the same directory, flushed and
-``fsync``-ed, renamed over the target with :func:`os.replace`, then the directory itself is
-``fsync``-ed so the rename survives a power cut. A ``kill -9`` at any moment therefore
-leaves either the previous checkpoint or the new one, never a mix (a stray temporary file
-at most, which is ignored and cleaned up by the next write).
+Files are written atomically (:mod:`fedselect.simulation.files`): a ``kill -9`` at any moment
+leaves either the previous checkpoint or the new one, never a mix.
 """
 
 from __future__ import annotations
 
-import builtins
-import collections
 import hashlib
 import io
 import json
 import math
 import os
-import pickle
 import re
 import sys
-import tempfile
-import time
-import warnings
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -52,8 +44,32 @@ from typing import Any
 import numpy as np
 
 from .._npy import read_npy_member
-from .._pickle_scan import scan_pickle
 from ..identity import flatten_config
+from .files import CorruptFileWarning, atomic_write_bytes, move_aside
+from .safe_pickle import (
+    SafePickler,
+    SafeUnpickler,
+    TrustedPickler,
+    TrustedUnpickler,
+    UnsafeStateError,
+)
+
+# Pickle streams name the rebuild functions fedselect.simulation.checkpoint._rebuild_* (safe_pickle.RECORDED_MODULE):
+# pickle looks them up here, when writing and when reading.
+from .safe_pickle import _rebuild_bit_generator as _rebuild_bit_generator
+from .safe_pickle import _rebuild_dtype as _rebuild_dtype
+from .safe_pickle import _rebuild_generator as _rebuild_generator
+from .safe_pickle import _rebuild_module as _rebuild_module
+from .safe_pickle import _rebuild_object_array as _rebuild_object_array
+from .safe_pickle import _rebuild_random_state as _rebuild_random_state
+from .safe_pickle import _rebuild_scalar as _rebuild_scalar
+from .safe_pickle import _rebuild_seed_sequence as _rebuild_seed_sequence
+from .safe_pickle import _rebuild_seedless as _rebuild_seedless
+from .safe_pickle import _rebuild_sparse as _rebuild_sparse
+from .safe_pickle import _rebuild_torch_device as _rebuild_torch_device
+from .safe_pickle import _rebuild_torch_dtype as _rebuild_torch_dtype
+from .safe_pickle import _rebuild_torch_generator as _rebuild_torch_generator
+from .safe_pickle import _rebuild_torch_size as _rebuild_torch_size
 
 __all__ = [
     "Checkpoint",
@@ -83,8 +99,10 @@ _DIGEST = 32
 _VERSION = 2
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member dates: one state, one archive
 _MEMBER = re.compile(r"(state\.json|arrays/a[0-9]{1,9}\.npy|objects/o[0-9]{1,9}\.pickle)\Z")
-_TRUST_HINT = ("pass checkpoint_trusted=True (FederatedTrainer) or trusted=True (read_checkpoint) to use pickle, "
-               "which runs code from the file: only for a checkpoint directory no one else can write to")
+_TRUST_HINT = (
+    "pass checkpoint_trusted=True (FederatedTrainer) or trusted=True (read_checkpoint) to use pickle, "
+    "which runs code from the file: only for a checkpoint directory no one else can write to"
+)
 
 
 class CheckpointMismatchError(ValueError):
@@ -116,17 +134,6 @@ class LegacyCheckpointError(CheckpointMismatchError):
 
 class UntrustedCheckpointError(CheckpointMismatchError):
     """The checkpoint holds state written with full pickle (``trusted=True``) and is read without trust."""
-
-
-class UnsafeStateError(TypeError):
-    """A value cannot be checkpointed without full pickle: it holds something outside the allow-list.
-
-    The message names the value (for a selector, the attribute) and the type or global.
-    """
-
-
-class CorruptFileWarning(UserWarning):
-    """A result or checkpoint file could not be read; it was moved aside and its run is redone."""
 
 
 @dataclass(frozen=True)
@@ -162,418 +169,6 @@ class JSONValue:
     value: Any
 
 
-# -- files -------------------------------------------------------------------------------
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, never a mix.
-
-    A temporary file in the same directory is written, flushed and fsync-ed, renamed over
-    ``path`` (:func:`os.replace` is atomic on POSIX and Windows) and the directory is
-    fsync-ed so the rename itself is durable.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-
-
-def move_aside(path: str | os.PathLike[str], reason: str) -> Path:
-    """Rename an unreadable file to ``<name>.corrupt-<timestamp>`` and warn, naming both.
-
-    Returns the new path. Used for checkpoints and for a comparison's result files: a bad
-    file never blocks a resume, and it is kept for inspection rather than deleted.
-    """
-    path = Path(path)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-        n += 1
-    os.replace(path, target)
-    warnings.warn(
-        f"{path} is unreadable ({reason}); moved aside to {target.name} and its run will be redone",
-        CorruptFileWarning,
-        stacklevel=3,
-    )
-    return target
-
-
-# -- rebuilding numpy, torch and scipy objects without their pickle paths -----------------
-# Each reducer below turns an object into (one of these functions, plain arguments); the
-# functions validate their arguments through the libraries' public constructors.
-
-def _torch() -> Any:
-    return sys.modules.get("torch")
-
-
-def _rebuild_dtype(descr: Any) -> np.dtype:
-    dtype = np.lib.format.descr_to_dtype(descr)
-    if dtype.hasobject:
-        raise pickle.UnpicklingError("object dtypes are not rebuilt from checkpoints")
-    return dtype
-
-
-def _rebuild_scalar(descr: Any, data: bytes) -> Any:
-    dtype = _rebuild_dtype(descr)
-    if not isinstance(data, bytes) or len(data) != dtype.itemsize:
-        raise pickle.UnpicklingError(f"a numpy {dtype} scalar needs {dtype.itemsize} bytes")
-    return np.frombuffer(data, dtype=dtype, count=1)[0]
-
-
-def _rebuild_object_array(shape: tuple[int, ...], items: list[Any]) -> np.ndarray:
-    if not (isinstance(shape, tuple) and all(isinstance(s, int) and s >= 0 for s in shape)
-            and isinstance(items, list) and math.prod(shape) == len(items)):
-        raise pickle.UnpicklingError("an object array's shape does not match its items")
-    out = np.empty(len(items), dtype=object)
-    for i, item in enumerate(items):
-        out[i] = item
-    return out.reshape(shape)
-
-
-_BIT_GENERATORS = ("MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64")
-
-
-def _rebuild_seed_sequence(entropy: Any, spawn_key: tuple[int, ...], pool_size: int,
-                           n_children_spawned: int) -> np.random.SeedSequence:
-    if not (isinstance(pool_size, int) and 4 <= pool_size <= 1024):
-        raise pickle.UnpicklingError(f"a SeedSequence pool of {pool_size!r} words")
-    return np.random.SeedSequence(entropy, spawn_key=spawn_key, pool_size=pool_size,
-                                  n_children_spawned=n_children_spawned)
-
-
-def _rebuild_seedless() -> Any:
-    from numpy.random.bit_generator import SeedlessSeedSequence
-
-    return SeedlessSeedSequence()
-
-
-def _rebuild_bit_generator(name: str, state: dict[str, Any], seed_seq: Any) -> Any:
-    from numpy.random.bit_generator import SeedlessSeedSequence
-
-    if name not in _BIT_GENERATORS or not isinstance(state, dict):
-        raise pickle.UnpicklingError(f"unknown bit generator {name!r}")
-    if seed_seq is not None and not isinstance(seed_seq, (np.random.SeedSequence, SeedlessSeedSequence)):
-        raise pickle.UnpicklingError("a bit generator's seed sequence must be a SeedSequence")
-    bit_generator = getattr(np.random, name)()
-    bit_generator.__setstate__((state, seed_seq))
-    return bit_generator
-
-
-def _rebuild_random_state(bit_generator: Any, state: dict[str, Any]) -> np.random.RandomState:
-    if not isinstance(bit_generator, np.random.BitGenerator):
-        raise pickle.UnpicklingError("a RandomState needs a bit generator")
-    rs = np.random.RandomState(bit_generator)
-    rs.set_state(state)
-    return rs
-
-
-def _rebuild_generator(bit_generator: Any) -> np.random.Generator:
-    if not isinstance(bit_generator, np.random.BitGenerator):
-        raise pickle.UnpicklingError("a Generator needs a bit generator")
-    return np.random.Generator(bit_generator)
-
-
-def _rebuild_torch_dtype(name: str) -> Any:
-    torch = _torch()
-    value = getattr(torch, name, None) if torch is not None and isinstance(name, str) else None
-    if torch is None or not isinstance(value, torch.dtype):
-        raise pickle.UnpicklingError(f"{name!r} is not a torch dtype")
-    return value
-
-
-def _rebuild_torch_device(name: str) -> Any:
-    import torch
-
-    return torch.device(str(name))
-
-
-def _rebuild_torch_size(dims: tuple[int, ...]) -> Any:
-    import torch
-
-    if not (isinstance(dims, tuple) and all(isinstance(d, int) and d >= 0 for d in dims)):
-        raise pickle.UnpicklingError("a torch.Size holds non-negative ints")
-    return torch.Size(dims)
-
-
-def _rebuild_torch_generator(device: str, state: Any) -> Any:
-    import torch
-
-    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
-        raise pickle.UnpicklingError("a torch generator's state is a uint8 tensor")
-    generator = torch.Generator(device=str(device))
-    generator.set_state(state)
-    return generator
-
-
-_MODULE_BLANKS: dict[type, dict[str, Any]] = {}
-
-
-def _blank_module(cls: type) -> Any:
-    """An instance of the module class ``cls`` set up by its framework base alone (no arguments, no file data)."""
-    import torch
-
-    obj = cls.__new__(cls)
-    gpytorch = sys.modules.get("gpytorch")
-    if gpytorch is not None and issubclass(cls, gpytorch.Module):
-        gpytorch.Module.__init__(obj)
-    else:
-        torch.nn.Module.__init__(obj)
-    return obj
-
-
-def _hook_counts(cls: type) -> dict[str, Any]:
-    if cls not in _MODULE_BLANKS:
-        blank = _blank_module(cls)
-        _MODULE_BLANKS[cls] = {k: (len(v) if isinstance(v, Mapping) else v)
-                               for k, v in vars(blank).items() if "hook" in k}
-    return _MODULE_BLANKS[cls]
-
-
-def _rebuild_module(cls: Any, state: dict[str, Any]) -> Any:
-    torch = _torch()
-    if torch is None or not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-        raise pickle.UnpicklingError("_rebuild_module needs a torch.nn.Module subclass")
-    if not isinstance(state, dict) or not all(isinstance(k, str) and "hook" not in k for k in state):
-        raise pickle.UnpicklingError(f"a {cls.__qualname__} module's state must be attributes without hooks")
-    shadowed = sorted(k for k in state if callable(getattr(cls, k, None)))
-    if shadowed:  # an instance attribute named like a method (``forward``) would replace it
-        raise pickle.UnpicklingError(f"a {cls.__qualname__} module's state sets {shadowed}, which shadow its methods")
-    obj = _blank_module(cls)
-    obj.__dict__.update(state)
-    return obj
-
-
-_SPARSE = ("csr_matrix", "csc_matrix", "csr_array", "csc_array", "coo_matrix", "coo_array")
-
-
-def _rebuild_sparse(kind: str, arrays: tuple[Any, ...], shape: tuple[int, int]) -> Any:
-    import scipy.sparse
-
-    if kind not in _SPARSE or not (isinstance(arrays, tuple) and len(arrays) == 3
-                                   and all(type(a) is np.ndarray for a in arrays)):
-        raise pickle.UnpicklingError(f"cannot rebuild a scipy.sparse {kind!r}")
-    cls = getattr(scipy.sparse, kind)
-    if kind.startswith("coo"):
-        matrix = cls((arrays[0], (arrays[1], arrays[2])), shape=shape)
-        matrix._check()  # index ranges and dtypes
-    else:
-        matrix = cls(arrays, shape=shape)
-        matrix.check_format(full_check=True)  # indptr monotone, indices in range: native code trusts them
-    return matrix
-
-
-_REBUILDERS = {f.__name__: f for f in (
-    _rebuild_dtype, _rebuild_scalar, _rebuild_object_array, _rebuild_seed_sequence, _rebuild_seedless,
-    _rebuild_bit_generator, _rebuild_random_state, _rebuild_generator, _rebuild_torch_dtype, _rebuild_torch_device,
-    _rebuild_torch_size, _rebuild_torch_generator, _rebuild_module, _rebuild_sparse,
-)}
-
-_SEALED = frozenset(f"{__name__}.{name}" for name in _REBUILDERS)
-
-# Globals with no behaviour beyond building a value from what the stream holds (not range or bytearray: from a small
-# stream they would build huge values).
-_PLAIN_GLOBALS: dict[tuple[str, str], Any] = {
-    **{("builtins", n): getattr(builtins, n) for n in (
-        "set", "frozenset", "complex", "slice", "list", "dict", "tuple", "int", "float", "str", "bool")},
-    **{("collections", n): getattr(collections, n) for n in ("OrderedDict", "deque", "defaultdict", "Counter")},
-}
-
-
-class SafeUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only an allow-list of globals, and arrays by reference.
-
-    Admitted globals: the rebuild functions of this module (numpy dtypes, scalars and object
-    arrays, numpy SeedSequence / bit generators / RandomState / Generator, torch dtypes,
-    devices, sizes, generators and ``torch.nn.Module`` instances, scipy CSR / CSC / COO
-    matrices; each validates its arguments through the library's public constructors); the
-    builtin and ``collections`` containers; classes defined in the module of a registered
-    selector class, of a class in ``classes``, or in ``fedselect.selectors``; and torch's own
-    layers (``torch.nn.modules``, rebuilt by ``_rebuild_module`` without hooks). Anything else
-    (``os.system``, ``builtins.eval``, ``getattr``, ``functools.partial``, a function, an
-    unregistered class) raises :class:`pickle.UnpicklingError` naming it. Modules are never
-    imported: a class is found only in a module already loaded. Persistent ids name arrays
-    and tensors, which ``arrays`` maps to the objects. Before anything is built, ``load``
-    bounds the stream's cost with :func:`fedselect._pickle_scan.scan_pickle` (shared
-    references expanded: at most 16 nodes walked per byte; ``str`` only on atoms; nothing set
-    on a rebuilt value afterwards) and refuses calling a torch layer class directly.
-
-    Parameters
-    ----------
-    file : binary file
-    arrays : mapping of str to object
-        The arrays and tensors the stream may refer to.
-    classes : iterable of type
-        Classes admitted besides the registered selector classes.
-    """
-
-    def __init__(self, file: Any, arrays: Mapping[str, Any], classes: Iterable[type] = ()) -> None:
-        self._data = file.read()
-        super().__init__(io.BytesIO(self._data))
-        self._arrays = arrays
-        self._modules = _admitted_modules(classes)
-
-    def load(self) -> Any:
-        """The stream's value, once :func:`~fedselect._pickle_scan.scan_pickle` has bounded its cost."""
-        called = scan_pickle(self._data, what="a checkpoint object", sealed=_SEALED)
-        torch = _torch()
-        for module, qualname in sorted(called):
-            cls = _find_class(module, qualname) if torch is not None else None
-            if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-                raise pickle.UnpicklingError(
-                    f"calls {module}.{qualname}: a torch module is rebuilt only by _rebuild_module"
-                )
-        return super().load()
-
-    def find_class(self, module: str, name: str) -> Any:
-        obj = _PLAIN_GLOBALS.get((module, name))
-        if obj is not None:
-            return obj
-        if module == __name__ and name in _REBUILDERS:
-            return _REBUILDERS[name]
-        if module in self._modules or module.startswith("fedselect.selectors."):
-            cls = _find_class(module, name)
-            if cls is not None:
-                return cls
-        torch = _torch()
-        if torch is not None and module.startswith("torch.nn.modules."):  # torch's layers, for _rebuild_module
-            cls = _find_class(module, name)
-            if cls is not None and issubclass(cls, torch.nn.Module):
-                return cls
-        raise pickle.UnpicklingError(
-            f"refused global {module}.{name}: a checkpoint may name only numpy, torch and scipy values, plain "
-            "containers and the classes of registered selectors' modules"
-        )
-
-    def persistent_load(self, pid: Any) -> Any:
-        if isinstance(pid, str) and pid in self._arrays:
-            return self._arrays[pid]
-        raise pickle.UnpicklingError(f"unknown array reference {pid!r}")
-
-
-def _find_class(module: str, qualname: str) -> type | None:
-    """The class ``module.qualname`` if ``module`` is loaded and defines it (no import, no re-export)."""
-    obj: Any = sys.modules.get(module)
-    if obj is None:
-        return None
-    for part in qualname.split("."):
-        if not part.isidentifier() or part.startswith("__"):
-            return None
-        obj = getattr(obj, part, None)
-        if not isinstance(obj, type) or obj.__module__ != module:
-            return None
-    return obj
-
-
-def _admitted_modules(classes: Iterable[type]) -> frozenset[str]:
-    modules = {c.__module__ for c in classes}
-    try:
-        from ..plugins import registry
-
-        modules |= {e.obj.__module__ for e in registry("selectors").values() if isinstance(e.obj, type)}
-    except Exception:
-        pass
-    return frozenset(modules)
-
-
-class _SafePickler(pickle.Pickler):
-    """Pickles with every plain array and tensor moved out (to ``writer``) and library objects reduced
-    to this module's rebuild functions, so the stream names no global outside :class:`SafeUnpickler`'s list."""
-
-    def __init__(self, file: Any, writer: _Writer) -> None:
-        super().__init__(file, protocol=5)
-        self._writer = writer
-
-    def persistent_id(self, obj: Any) -> str | None:
-        return self._writer.array(obj)
-
-    def reducer_override(self, obj: Any) -> Any:
-        return _reduce(obj)
-
-
-def _reduce(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        if type(obj) is np.ndarray and obj.dtype == object:
-            return _rebuild_object_array, (tuple(obj.shape), obj.ravel().tolist())
-        return NotImplemented  # a subclass: refused by its global
-    if isinstance(obj, np.dtype):
-        return _rebuild_dtype, (np.lib.format.dtype_to_descr(obj),)
-    if isinstance(obj, np.generic):
-        if obj.dtype.hasobject:
-            return NotImplemented
-        return _rebuild_scalar, (np.lib.format.dtype_to_descr(obj.dtype), obj.tobytes())
-    if isinstance(obj, np.random.SeedSequence):
-        return _rebuild_seed_sequence, (obj.entropy, tuple(obj.spawn_key), obj.pool_size, obj.n_children_spawned)
-    if type(obj).__name__ == "SeedlessSeedSequence" and type(obj).__module__.startswith("numpy.random"):
-        return _rebuild_seedless, ()
-    if isinstance(obj, np.random.BitGenerator):
-        if type(obj).__name__ not in _BIT_GENERATORS:
-            return NotImplemented
-        state, seed_seq = obj.__reduce__()[2]
-        return _rebuild_bit_generator, (type(obj).__name__, state, seed_seq)
-    if isinstance(obj, np.random.RandomState):
-        return _rebuild_random_state, (obj._bit_generator, obj.get_state(legacy=False))
-    if isinstance(obj, np.random.Generator):
-        return _rebuild_generator, (obj.bit_generator,)
-    torch = _torch()
-    if torch is not None:
-        if isinstance(obj, torch.dtype):
-            return _rebuild_torch_dtype, (str(obj).removeprefix("torch."),)
-        if isinstance(obj, torch.device):
-            return _rebuild_torch_device, (str(obj),)
-        if isinstance(obj, torch.Size):
-            return _rebuild_torch_size, (tuple(int(d) for d in obj),)
-        if isinstance(obj, torch.Generator):
-            return _rebuild_torch_generator, (str(obj.device), obj.get_state())
-        if isinstance(obj, torch.nn.Module):
-            return _rebuild_module, (type(obj), _module_state(obj))
-    sparse = sys.modules.get("scipy.sparse")
-    if sparse is not None and sparse.issparse(obj):
-        kind = type(obj).__name__
-        if kind not in _SPARSE or type(obj) is not getattr(sparse, kind):
-            raise UnsafeStateError(f"a scipy.sparse {kind} (only CSR, CSC and COO are checkpointed)")
-        arrays = (obj.data, obj.row, obj.col) if kind.startswith("coo") else (obj.data, obj.indices, obj.indptr)
-        return _rebuild_sparse, (kind, tuple(np.asarray(a) for a in arrays), tuple(int(s) for s in obj.shape))
-    return NotImplemented
-
-
-def _module_state(module: Any) -> dict[str, Any]:
-    counts = _hook_counts(type(module))
-    state = {}
-    for k, v in vars(module).items():
-        if "hook" in k:
-            if (len(v) if isinstance(v, Mapping) else v) != counts.get(k):
-                raise UnsafeStateError(f"a {type(module).__qualname__} module with hooks registered ({k})")
-            continue
-        state[k] = v
-    return state
-
-
 def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     """Whether ``stride`` lays ``shape`` out densely without overlap (a permutation of C order)."""
     if len(shape) != len(stride) or any(s < 0 for s in stride):
@@ -603,7 +198,7 @@ class _Writer:
                 return None
             data, meta = obj, {"kind": "ndarray"}
         else:
-            torch = _torch()
+            torch = sys.modules.get("torch")  # a tensor exists only if torch is loaded
             if torch is None or not isinstance(obj, torch.Tensor):
                 return None
             data, meta = self._tensor(obj, torch)
@@ -619,11 +214,17 @@ class _Writer:
     @staticmethod
     def _tensor(t: Any, torch: Any) -> tuple[np.ndarray, dict[str, Any]]:
         if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided or t.is_quantized:
-            raise UnsafeStateError(f"a {type(t).__qualname__} tensor of layout {t.layout} (only dense tensors and "
-                                   "Parameters are checkpointed)")
-        meta = {"kind": "parameter" if isinstance(t, torch.nn.Parameter) else "tensor",
-                "requires_grad": bool(t.requires_grad), "device": str(t.device), "shape": list(t.shape),
-                "stride": list(t.stride())}
+            raise UnsafeStateError(
+                f"a {type(t).__qualname__} tensor of layout {t.layout} (only dense tensors and "
+                "Parameters are checkpointed)"
+            )
+        meta = {
+            "kind": "parameter" if isinstance(t, torch.nn.Parameter) else "tensor",
+            "requires_grad": bool(t.requires_grad),
+            "device": str(t.device),
+            "shape": list(t.shape),
+            "stride": list(t.stride()),
+        }
         cpu = t.detach().cpu()
         try:
             data = cpu.numpy()
@@ -658,7 +259,7 @@ class _Writer:
             if not item.trusted:
                 raise
             buf = io.BytesIO()
-            _TrustedPickler(buf, self).dump(item.value)
+            TrustedPickler(buf, self).dump(item.value)
             data, trusted = buf.getvalue(), True
         self.objects[name] = (data, trusted)
         return name
@@ -667,7 +268,7 @@ class _Writer:
         """Pickle ``value`` restrictedly and load it back with :class:`SafeUnpickler`: what is written is readable."""
         try:
             buf = io.BytesIO()
-            _SafePickler(buf, self).dump(value)
+            SafePickler(buf, self).dump(value)
             data = buf.getvalue()
             SafeUnpickler(io.BytesIO(data), self._live, classes).load()
             return data
@@ -685,31 +286,6 @@ class _Writer:
             raise UnsafeStateError(f"{type(exc).__name__}: {exc}") from exc
 
 
-class _TrustedPickler(pickle.Pickler):
-    """Full pickle (``trusted=True``), arrays and tensors still stored as ``.npy``."""
-
-    def __init__(self, file: Any, writer: _Writer) -> None:
-        super().__init__(file, protocol=5)
-        self._writer = writer
-
-    def persistent_id(self, obj: Any) -> str | None:
-        try:
-            return self._writer.array(obj)
-        except UnsafeStateError:
-            return None
-
-
-class _TrustedUnpickler(pickle.Unpickler):
-    def __init__(self, file: Any, arrays: Mapping[str, Any]) -> None:
-        super().__init__(file)
-        self._arrays = arrays
-
-    def persistent_load(self, pid: Any) -> Any:
-        if isinstance(pid, str) and pid in self._arrays:
-            return self._arrays[pid]
-        raise pickle.UnpicklingError(f"unknown array reference {pid!r}")
-
-
 def _member(name: str) -> zipfile.ZipInfo:
     info = zipfile.ZipInfo(name, date_time=_EPOCH)
     info.compress_type = zipfile.ZIP_STORED
@@ -720,9 +296,13 @@ def _member(name: str) -> zipfile.ZipInfo:
 def _encode(state: Mapping[str, Any]) -> bytes:
     writer = _Writer()
     tree = writer.encode(dict(state))
-    doc = {"format": "fedselect-checkpoint", "version": _VERSION, "state": tree,
-           "arrays": {name: meta for name, (_, meta) in writer.arrays.items()},
-           "objects": {name: {"trusted": trusted} for name, (_, trusted) in writer.objects.items()}}
+    doc = {
+        "format": "fedselect-checkpoint",
+        "version": _VERSION,
+        "state": tree,
+        "arrays": {name: meta for name, (_, meta) in writer.arrays.items()},
+        "objects": {name: {"trusted": trusted} for name, (_, trusted) in writer.objects.items()},
+    }
     try:
         text = json.dumps(doc, allow_nan=True)
     except (TypeError, ValueError) as exc:  # in a JSONValue
@@ -769,6 +349,7 @@ def write_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> 
 
 
 # -- reading --------------------------------------------------------------------------------
+
 
 class _Corrupt(ValueError):
     """The file cannot be decoded (the reason is moved-aside's reason)."""
@@ -862,14 +443,15 @@ class Checkpoint:
                 f"the checkpoint {self.path} holds state written with full pickle (checkpoint_trusted=True); it is "
                 f"not read without trust. If you wrote it and no one else can write to its directory, {_TRUST_HINT}; "
                 "otherwise delete it to rerun from the start",
-                path=self.path, differences={"checkpoint_trusted": (True, False)},
+                path=self.path,
+                differences={"checkpoint_trusted": (True, False)},
             )
         objects: dict[str, Any] = {}
         try:
             for name, spec in specs.items():
                 data = self._zf.read(f"objects/{name}.pickle")
                 if spec.get("trusted"):
-                    objects[name] = _TrustedUnpickler(io.BytesIO(data), self._arrays).load()
+                    objects[name] = TrustedUnpickler(io.BytesIO(data), self._arrays).load()
                 else:
                     objects[name] = SafeUnpickler(io.BytesIO(data), self._arrays, classes).load()
             state = self._decode(self._doc["state"], objects)
@@ -904,7 +486,8 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint | None:
             "code from the file, so it is not read. To continue: delete it (or its directory) and rerun, which "
             "starts the run over (fedselect compare --overwrite does this for a comparison's runs); or finish the "
             "interrupted run with the fedselect version that wrote it",
-            path=path, differences={"checkpoint format": (1, _VERSION)},
+            path=path,
+            differences={"checkpoint format": (1, _VERSION)},
         )
     if len(data) == 0:
         reason = "empty file"
@@ -934,8 +517,14 @@ def _open(path: Path, body: bytes) -> Checkpoint:
         if info.file_size != info.compress_size or total > len(body):
             raise _Corrupt(f"member {info.filename!r} claims more bytes than the file holds")
     doc = json.loads(zf.read("state.json"))
-    if not (isinstance(doc, dict) and doc.get("format") == "fedselect-checkpoint" and doc.get("version") == _VERSION
-            and isinstance(doc.get("arrays"), dict) and isinstance(doc.get("objects"), dict) and "state" in doc):
+    if not (
+        isinstance(doc, dict)
+        and doc.get("format") == "fedselect-checkpoint"
+        and doc.get("version") == _VERSION
+        and isinstance(doc.get("arrays"), dict)
+        and isinstance(doc.get("objects"), dict)
+        and "state" in doc
+    ):
         raise _Corrupt("state.json is not a format-2 checkpoint description")
     names = {info.filename for info in infos}
     arrays: dict[str, Any] = {}
@@ -951,8 +540,9 @@ def _open(path: Path, body: bytes) -> Checkpoint:
     return Checkpoint(path, zf, doc, arrays)
 
 
-def read_checkpoint(path: str | os.PathLike[str], *, classes: Iterable[type] = (),
-                    trusted: bool = False) -> dict[str, Any] | None:
+def read_checkpoint(
+    path: str | os.PathLike[str], *, classes: Iterable[type] = (), trusted: bool = False
+) -> dict[str, Any] | None:
     """The state in ``path``; None if there is no file or it was unreadable (then moved aside with a warning).
 
     Parameters
@@ -977,6 +567,7 @@ def read_checkpoint(path: str | os.PathLike[str], *, classes: Iterable[type] = (
 
 # -- a selector's learned state ------------------------------------------------------------
 
+
 def selector_state(selector: Any) -> dict[str, Any]:
     """What a fitted selector learned: its ``__getstate__`` without its constructor parameters.
 
@@ -985,8 +576,9 @@ def selector_state(selector: Any) -> dict[str, Any]:
     """
     state = selector.__getstate__()
     if not isinstance(state, dict):
-        raise UnsafeStateError(f"{type(selector).__qualname__}.__getstate__ returns a {type(state).__name__}, "
-                               "not a dict of attributes")
+        raise UnsafeStateError(
+            f"{type(selector).__qualname__}.__getstate__ returns a {type(state).__name__}, not a dict of attributes"
+        )
     params = selector.get_params(deep=False)
     return {k: v for k, v in state.items() if k not in params and k != "_sklearn_version"}
 
