@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .simulation.history import History
+from .round.record import History
 
 __all__ = [
     "describe_setting",
@@ -199,7 +199,7 @@ def reached_fraction(
 
     Examples
     --------
-    >>> from fedselect.simulation.history import History, RoundRecord
+    >>> from fedselect.round.record import History, RoundRecord
     >>> def run(accs):
     ...     return History([RoundRecord(round=t, clients=[0], weights=[1.0], lr=0.1, test_accuracy=a)
     ...                     for t, a in enumerate(accs)])

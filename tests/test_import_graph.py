@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "fedselect.hookspecs",
             "fedselect.identity",
             "fedselect.optim",
+            "fedselect.storage",
         ),
     ),
     # The contracts: the selector contract, the cost ledger, aggregation rules, device profiles and the clock.

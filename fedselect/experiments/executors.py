@@ -34,7 +34,7 @@ from . import provenance
 from .plan import remove_tree
 
 if TYPE_CHECKING:
-    from ..simulation.history import History
+    from ..round.record import History
     from .plan import Cell, FederationSource
 
 __all__ = [

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..simulation.history import History, RoundRecord
+from ..round.record import History, RoundRecord
 from .result_files import _READ_ERRORS, MAX_CLIENTS, _history_problem, read_text
 from .results import Comparison
 

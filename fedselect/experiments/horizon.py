@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..simulation.history import History
+from ..round.record import History
 
 if TYPE_CHECKING:
     from .results import Comparison

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..simulation.history import History
+from ..round.record import History
 from .horizon import clocked, round_seconds
 from .stats import holm, paired_summary
 from .stats import min_pairs as _min_pairs

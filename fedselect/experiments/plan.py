@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..simulation.history import History
+from ..round.record import History
 from . import provenance
 from .result_files import failure_of, read_result
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..simulation.history import History
+from ..round.record import History
 from .horizon import clocked, end_time
 from .tables import seed_list
 

@@ -22,8 +22,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..simulation.checkpoint import atomic_write_bytes, move_aside
-from ..simulation.history import History
+from ..round.record import History
+from ..storage import atomic_write_bytes, move_aside
 from . import provenance
 
 __all__ = [

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..simulation.checkpoint import CorruptFileWarning
-from ..simulation.history import History
+from ..round.record import History
+from ..storage import CorruptFileWarning
 from . import horizon as _horizon
 from . import paired as _paired
 from . import report as _report

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..simulation.history import History
+from ..round.record import History
 from .horizon import clocked, end_time
 
 if TYPE_CHECKING:

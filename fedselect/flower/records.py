@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..simulation.history import RoundRecord
+from ..round.record import RoundRecord
 
 __all__ = ["FlowerRound", "check_records_path"]
 

@@ -33,8 +33,8 @@ from .._validation import (
 from ..aggregation import apply_deltas, average_buffer_arrays
 from ..ledger import PARTIAL_WEIGHTS, RoundLedger
 from ..round import Aggregate, Reports, open_round
+from ..round.record import History, Traffic
 from ..selection import BaseSelector, ClientPool, Selection
-from ..simulation.history import History, Traffic
 from . import _protocol as P
 from .binding import is_node_binding
 from .checks import ReplyChecks, loo_median_fence, reply_limit

@@ -13,7 +13,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from ..simulation.history import Traffic
+from ..round.record import Traffic
 from . import _protocol as P
 
 __all__ = ["Wire"]

@@ -45,7 +45,7 @@ import numpy as np
 
 from .._npy import read_npy_member
 from ..identity import flatten_config
-from .files import CorruptFileWarning, atomic_write_bytes, move_aside
+from ..storage import CorruptFileWarning, atomic_write_bytes, move_aside
 from .safe_pickle import (
     SafePickler,
     SafeUnpickler,

@@ -29,9 +29,9 @@ from .._validation import InvalidParameterError
 from ..clock import SimulatedClock
 from ..ledger import RoundLedger
 from ..round import OpenRound, open_round
+from ..round.record import History, RoundRecord
 from ..selection import BaseSelector
 from .engine import Engine
-from .history import History, RoundRecord
 from .resume import Checkpointer
 from .setup import RunSetup, build_engine
 from .transport import SimulationOracle, TestRequest
@@ -189,13 +189,16 @@ def _start(trainer: Any, fed: Any, setup: RunSetup) -> RunState:
     selector.fit(fed.client_pool())
     setup.check_overcommit(selector)
     history = History(model_size=engine.n_params, config=setup.config(fed, selector))
+    local_path = engine.local_path.name if engine.local_path.recorded else None
+    if local_path is not None:  # the run's bits are this path's (runs recorded before it took another)
+        history.config["local_path"] = local_path
     theta = engine.initial_parameters()
     threshold = None
     if trainer.divergence is not None:
         threshold = float(trainer.divergence) * engine.test(theta, buffers)[0]
     start, finished, checkpoints = 0, False, None
     if trainer.checkpoint_dir is not None:
-        checkpoints = Checkpointer(setup, fed, selector, theta)
+        checkpoints = Checkpointer(setup, fed, selector, theta, local_path=local_path)
         checkpoints.check_checkpointable(selector)
         resumed = checkpoints.read(selector, theta, buffers)
         if resumed is not None:

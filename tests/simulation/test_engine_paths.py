@@ -15,6 +15,8 @@ from fedselect.simulation.engine import Engine
 from fedselect.simulation.engine.chain import LinearChain, chain_backward
 from fedselect.simulation.engine.chain_path import ChainPath
 from fedselect.simulation.engine.compiled import CompiledChainPath, compile_unusable
+from fedselect.simulation.engine.local import LocalSchedule
+from fedselect.simulation.engine.per_client import PerClientPath
 from fedselect.simulation.engine.vmap import GroupedPath, PaddedPath
 from fedselect.simulation.models import FedCorCNN, FedCorMLP, LogisticRegression
 
@@ -37,16 +39,18 @@ def _own_loss(outputs, targets):
         (lambda: LogisticRegression((1, 8, 8), 10), {}, ChainPath, True),
         (lambda: FedCorMLP((1, 8, 8), 10, dropout=0.5), {}, ChainPath, True),
         (lambda: FedCorMLP((1, 8, 8), 10), {"loss": _own_loss}, ChainPath, False),  # a user's loss: autograd
-        (lambda: FedCorCNN((1, 20, 20), 10), {}, PaddedPath, None),
+        (lambda: FedCorCNN((1, 20, 20), 10), {}, PerClientPath, None),  # a convolution on the CPU: one by one
+        (lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 8), nn.Tanh(), nn.Linear(8, 10)), {}, PaddedPath, None),
         (lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10)), {}, GroupedPath, None),
     ],
-    ids=["logistic", "mlp", "mlp-own-loss", "cnn", "batchnorm"],
+    ids=["logistic", "mlp", "mlp-own-loss", "cnn", "tanh-mlp", "batchnorm"],
 )
 def test_the_path_is_chosen_once_from_the_model_and_the_loss(make, kw, kind, by_hand):
     torch.manual_seed(0)
     eng = _engine(make(), **kw)
     assert type(eng.local_path) is kind
-    assert eng.local_path.name == {ChainPath: "chain", PaddedPath: "padded", GroupedPath: "grouped"}[kind]
+    names = {ChainPath: "chain", PaddedPath: "padded", GroupedPath: "grouped", PerClientPath: "per-client"}
+    assert eng.local_path.name == names[kind] and eng.local_path.recorded is (kind is PerClientPath)
     if by_hand is not None:
         assert eng.local_path.by_hand is by_hand and eng.chain is not None
     else:
@@ -94,3 +98,43 @@ def test_no_module_of_the_engine_package_is_over_about_800_lines():
     folder = Path(engine_package.__file__).parent
     sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
     assert len(sizes) >= 8 and max(sizes.values()) <= 820, sizes
+
+
+def _cnn_engine():
+    torch.manual_seed(0)
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(70, 1, 20, 20)).astype(np.float32)
+    y = rng.integers(0, 10, size=70)
+    parts = [np.arange(0, 23), np.arange(23, 30), np.arange(30, 70)]  # 23, 7 and 40 samples: ragged minibatches
+    eng = Engine(FedCorCNN((1, 20, 20), 10), X, y, parts, X[:10], y[:10])
+    batches = [LocalSchedule(8, epochs=2).batches(p, np.random.default_rng(k)) for k, p in enumerate(parts)]
+    return eng, batches
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [{}, {"momentum": 0.9, "nesterov": True, "weight_decay": 1e-3, "prox_mu": 0.1}],
+    ids=["sgd", "nesterov-wd-prox"],
+)
+def test_the_per_client_path_computes_the_padded_paths_sgd(rule):
+    """The same local SGD, client by client instead of vmapped (only the float rounding differs)."""
+    eng, batches = _cnn_engine()
+    assert isinstance(eng.local_path, PerClientPath)
+    theta = eng.initial_parameters() + 0.0
+    kw = dict(lr=0.05, sample_losses=True, **rule)
+    deltas, sq = eng.train(theta, batches, **kw)
+    eng.local_path = PaddedPath(eng.local_path.work, eng._forward_all)
+    padded, padded_sq = eng.train(theta, batches, **kw)
+    assert deltas.shape == (3, eng.n_params) and deltas.abs().amax(1).min() > 0  # every client moved
+    torch.testing.assert_close(deltas, padded, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sq, padded_sq, rtol=1e-5)
+
+
+def test_the_per_client_path_trains_several_runs_as_each_alone_bit_for_bit():
+    eng, batches = _cnn_engine()
+    theta = eng.initial_parameters() + 0.0
+    runs = [batches, batches[:2]]
+    together = eng.train_runs([theta, theta * 0.5], runs, lrs=[0.05, 0.1], dropout_seeds=[0, 1])[0]
+    for r, (th, lr) in enumerate([(theta, 0.05), (theta * 0.5, 0.1)]):
+        alone = eng.train(th, runs[r], lr=lr, dropout_seed=r)
+        assert together[r].numpy().tobytes() == alone.numpy().tobytes()

@@ -13,7 +13,9 @@ indices and masks, its step size, its starting parameters and buffers) and hands
 - :class:`~.vmap.PaddedPath`: any stateless model, ``torch.func.vmap`` of its forward, every client padded to
   the step's longest minibatch;
 - :class:`~.vmap.GroupedPath`: a model with batch statistics, vmapped per minibatch length, every client
-  carrying its own buffers.
+  carrying its own buffers;
+- :class:`~.per_client.PerClientPath`: a stateless model with a convolution on the CPU, one client after
+  another (faster there than vmap's grouped convolution).
 """
 
 from __future__ import annotations
@@ -99,13 +101,16 @@ class LocalPath:
     Attributes
     ----------
     name : str
-        ``"chain"``, ``"compiled-chain"``, ``"padded"`` or ``"grouped"``.
+        ``"chain"``, ``"compiled-chain"``, ``"padded"``, ``"grouped"`` or ``"per-client"``.
     mask_dtype : torch.dtype
         What :meth:`draw_masks` returns: scaled float masks, or kept entries (bool) on the compiled path.
     """
 
     name = "?"
     mask_dtype = torch.float32
+    #: Whether a run records this path in its settings and checkpoint: a path added after runs of the same models
+    #: were recorded on another one, whose bits it does not give (``history_.config["local_path"]``).
+    recorded = False
 
     def draw_masks(
         self, n: int, b: int, step: int, layer: int, p: float, width: int, *, device: Any, generator: Any

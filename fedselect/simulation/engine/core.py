@@ -193,6 +193,7 @@ class Engine:
             stateful=self.stateful,
             forward_all=self._forward_all,
             forward_state_all=self._forward_state_all,
+            forward=self._forward,
             compiled=path == "compiled",
             static=self.device.type == "cuda" if static_steps is None else bool(static_steps),
         )
@@ -368,7 +369,8 @@ class Engine:
         their minibatch and each group is one vmapped forward pass; a client with no step
         left runs no forward pass, so its buffers do not move either. With ``local_steps``
         every client's batches have one length and there is one group per step; with local
-        epochs over unequal clients, a step costs one forward pass per distinct length.
+        epochs over unequal clients, a step costs one forward pass per distinct length. On the CPU a
+        stateless model with a convolution trains one client after another, unpadded (:mod:`.per_client`).
 
         A Flatten/Linear/ReLU/Dropout chain skips the padding of finished clients: from the step
         where a client has no minibatch left it is left out of the batched products (its

@@ -9,7 +9,7 @@ which is ignored and cleaned up by the next write).
 :func:`move_aside` renames a file that cannot be read (``<name>.corrupt-<timestamp>``) and
 warns with a :class:`CorruptFileWarning` naming it, so that a bad file never blocks a resume
 and is kept for inspection. Checkpoints (:mod:`fedselect.simulation.checkpoint`) and a
-comparison's result files both write and recover this way.
+comparison's result files both write and recover this way: a leaf module, below both.
 """
 
 from __future__ import annotations
