@@ -138,3 +138,34 @@ def test_the_per_client_path_trains_several_runs_as_each_alone_bit_for_bit():
     for r, (th, lr) in enumerate([(theta, 0.05), (theta * 0.5, 0.1)]):
         alone = eng.train(th, runs[r], lr=lr, dropout_seed=r)
         assert together[r].numpy().tobytes() == alone.numpy().tobytes()
+
+
+def _conv(shape, n_out):  # a user's convolutional model: the per-client path on the CPU
+    return nn.Sequential(nn.Conv2d(shape[0], 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, n_out))
+
+
+def test_a_run_records_the_per_client_path_and_refuses_a_checkpoint_made_on_another(tmp_path, monkeypatch):
+    from fedselect import FederatedTrainer, make_federation
+    from fedselect.simulation import CheckpointMismatchError
+
+    fed = make_federation("digits", n_clients=6, random_state=0)
+    kw = dict(model=_conv, clients_per_round=2, local_steps=2, random_state=0)
+    run = FederatedTrainer(rounds=2, **kw).fit(fed)
+    assert run.history_.config["local_path"] == "per-client"
+    assert "local_path" not in FederatedTrainer(rounds=2, clients_per_round=2, local_steps=2).fit(fed).history_.config
+    # a checkpoint written before the path existed (the vmapped run) is another run's
+    class Stop(Exception):
+        pass
+
+    def stop(trainer, record):
+        if record.round == 1:
+            raise Stop
+
+    kw.update(rounds=4, checkpoint_dir=tmp_path, checkpoint_every=1)
+    monkeypatch.setattr(PerClientPath, "recorded", False)
+    with pytest.raises(Stop):
+        FederatedTrainer(**kw, callback=stop).fit(fed)
+    monkeypatch.setattr(PerClientPath, "recorded", True)
+    with pytest.raises(CheckpointMismatchError) as info:
+        FederatedTrainer(**kw).fit(fed)
+    assert info.value.differences == {"engine.local_path": ("<absent>", "per-client")}
