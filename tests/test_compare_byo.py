@@ -184,7 +184,7 @@ def _how_it_was_made(saved, folder):
 
         argv = ["compare", "--preset", "digits-quick", "--selectors", *dropout_table.SCHEMES,
                 "--client-dropout", folder.name.removeprefix("dropout-")]
-    elif script in ("fedselect", "cli.py"):
+    elif script in ("fedselect", "cli.py", "__main__.py"):  # python -m fedselect.cli: cli.py, now __main__.py
         argv = command[command.index(next(a for a in command if Path(a).name == script)) + 1:]
     else:
         raise AssertionError(f"{folder}: made by {script!r}; say here how its runs are keyed")

@@ -66,7 +66,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ("fedselect.experiments.*", "fedselect.compare", "fedselect._grid", "fedselect.plotting", "fedselect.presets"),
     ),
     # The command line and the public facade, which imports from every floor.
-    ("cli", ("fedselect.cli", "fedselect")),
+    ("cli", ("fedselect.cli.*", "fedselect")),
 ]
 
 # Upward arrows allowed, each with its reason. An allowed arrow is a function-level import, unless its reason
@@ -210,7 +210,7 @@ def _arrow(a: str, b: str, lazy: bool) -> str:
 def test_the_graph_sees_module_and_function_level_imports():
     edges = import_edges()
     assert "fedselect.experiments.run" in edges["fedselect.compare"]
-    assert edges["fedselect.cli"]["fedselect.compare"] is True  # cli imports compare inside its commands only
+    assert edges["fedselect.cli.commands"]["fedselect.compare"] is True  # inside the commands only
     assert edges["fedselect.simulation.trainer"]["fedselect.simulation.engine"] is False
     assert (
         "fedselect.data" in edges["fedselect.data.sources"]

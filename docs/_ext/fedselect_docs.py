@@ -17,6 +17,7 @@ import importlib
 import inspect
 import re
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
@@ -147,7 +148,8 @@ class CliDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         import fedselect.cli
 
-        self.env.note_dependency(fedselect.cli.__file__)
+        for path in sorted(Path(fedselect.cli.__file__).parent.glob("*.py")):  # the parser and its options
+            self.env.note_dependency(str(path))
         self.env.note_dependency(__file__)
         node = nodes.section()
         node.document = self.state.document
