@@ -461,3 +461,24 @@ def test_a_run_that_trained_nobody_exits_non_zero(capsys):
         assert main([*argv, "--deadline", "1e-9", "--no-progress"]) == 3
     assert "no round trained anybody (2 of 2" in capsys.readouterr().err
     assert main([*argv, "--no-progress"]) == 0
+
+
+def test_the_former_option_names_still_parse_hidden_and_say_so(capsys):
+    """--dropout and --engine were renamed --client-dropout and --path (one name per concept); they still work."""
+    from fedselect.cli import _apply_overrides, build_parser
+
+    parser = build_parser()
+    help_text = parser._subparsers._group_actions[0].choices["run"].format_help()
+    assert "--client-dropout" in help_text and "--path" in help_text
+    assert "--dropout" not in help_text.replace("--client-dropout", "") and "--engine" not in help_text
+    federation, trainer = {}, {"dropout": 0.1}  # a preset written with the former name
+    _apply_overrides(parser.parse_args(["run", "--dropout", "0.3", "--engine", "compiled"]), federation, trainer)
+    assert {k: trainer[k] for k in ("client_dropout", "path")} == {"client_dropout": 0.3, "path": "compiled"}
+    assert "dropout" not in trainer and "engine" not in trainer
+    err = capsys.readouterr().err
+    assert "--dropout is deprecated and will be removed in fedselect 1.0; use --client-dropout" in err
+    assert "--engine is deprecated" in err and "use --path" in err
+    with pytest.raises(ValueError, match="--dropout is the former name of --client-dropout; give one of them"):
+        _apply_overrides(parser.parse_args(["run", "--dropout", "0.3", "--client-dropout", "0.2"]), {}, {})
+    assert main(["run", "--dropout", "0.3", "--client-dropout", "0.2"]) == 2
+    assert "give one of them" in capsys.readouterr().err

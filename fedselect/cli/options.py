@@ -9,6 +9,7 @@ a command's parser and :func:`_apply_overrides` writes the ones given onto a pre
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -342,6 +343,17 @@ def _scheme_options(taken: set[str]) -> list[Option]:
 _OPTIONS: list[Option] | None = None
 
 
+def former_names() -> dict[str, str]:
+    """The trainer's former parameter names and the names that replaced them (``--dropout``: ``client_dropout``).
+
+    Their options still parse, hidden from the help; :func:`_apply_overrides` moves the value to the new name
+    and says so on stderr (:data:`fedselect.identity.RENAMED`).
+    """
+    from ..identity import RENAMED
+
+    return {old: new for new, old in RENAMED["fedselect.simulation.trainer:FederatedTrainer"].items()}
+
+
 def options() -> list[Option]:
     """Every generated option: the trainer's parameters, make_federation's, and the partitions' and datasets'.
 
@@ -418,6 +430,7 @@ def _add_options(p: argparse.ArgumentParser, preset: Any, stop_note: str) -> Non
             "FederatedTrainer's default. " + stop_note,
         ),
     }
+    former = former_names()
     for opt in options():
         help_text = opt.help
         kind = _REGISTRY_OF.get(opt.param)
@@ -443,7 +456,7 @@ def _add_options(p: argparse.ArgumentParser, preset: Any, stop_note: str) -> Non
                 type=opt.parse,
                 metavar=opt.metavar,
                 default=argparse.SUPPRESS,
-                help=help_text.replace("%", "%%"),
+                help=argparse.SUPPRESS if opt.param in former else help_text.replace("%", "%%"),
             )
 
 
@@ -497,9 +510,20 @@ def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], train
     new_partition = given.get("partition")
     if new_partition is not None and new_partition != federation.get("partition"):
         _drop_partition_params(federation, new_partition)
+    former = former_names()
     for opt in options():
-        if opt.param in given:
+        if opt.param in given and opt.param not in former:
             (federation if opt.section == "federation" else trainer)[opt.param] = given[opt.param]
+    for old, new in former.items():  # a former option name: its value under the new name, and a word on stderr
+        if old in given:
+            if new in given:
+                raise ValueError(f"{_flags(old)[0]} is the former name of {_flags(new)[0]}; give one of them")
+            print(
+                f"fedselect: {_flags(old)[0]} is deprecated and will be removed in fedselect 1.0; use {_flags(new)[0]}",
+                file=sys.stderr,
+            )
+            trainer.pop(old, None)
+            trainer[new] = given[old]
     for param, (value, _) in CLI_DEFAULTS.items():
         if param not in given:
             trainer[param] = value
