@@ -270,6 +270,20 @@ class SyntheticOracle(RoundOracle):
         super().__init__(world, self._new_ledger(world), aggregation_weights=_equal_weights, available=self._online)
 
     # -- rounds ------------------------------------------------------------------------
+
+    @property
+    def dropout(self) -> float:
+        """Deprecated: the former name of :attr:`client_dropout` (warns; removed in fedselect 1.0)."""
+        import warnings
+
+        from ._validation import outside_stacklevel
+
+        warnings.warn(
+            "SyntheticOracle.dropout is deprecated and will be removed in fedselect 1.0; use client_dropout",
+            DeprecationWarning,
+            stacklevel=outside_stacklevel(),
+        )
+        return self.client_dropout
     def _new_ledger(self, world: QuadraticClients) -> RoundLedger:
         """This round's ledger, its dropout and offline clients drawn from their streams; sets ``_online``."""
         if self.client_dropout > 0:

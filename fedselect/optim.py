@@ -130,12 +130,15 @@ def resolve_optimizer(owner: Any, optimizer: LocalSGD | None, flat: Mapping[str,
 
 
 def flat_settings(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with an ``optimizer`` entry written back as the flat keywords (what run keys and recorded
-    settings hold, so one run has one identity however its optimiser was spelled)."""
+    """``params`` with an ``optimizer`` entry written back as the flat keywords its fields away from their
+    defaults are (what run keys and recorded settings hold): ``LocalSGD(lr=0.1)`` is ``lr=0.1`` in a trainer's
+    identity and settings (which hold every flat key) and in a comparison's run key (which holds the keys
+    given, so an explicit ``lr=0.05``, the default, is a key of its own however it is spelled)."""
     out = {k: v for k, v in params.items() if k != "optimizer"}
     opt = params.get("optimizer")
     if isinstance(opt, LocalSGD):
-        out.update(opt.to_dict())
+        default = LocalSGD().to_dict()
+        out.update({k: v for k, v in opt.to_dict().items() if v != default[k]})
     return out
 
 

@@ -478,6 +478,11 @@ def test_the_former_option_names_still_parse_hidden_and_say_so(capsys):
     err = capsys.readouterr().err
     assert "--dropout is deprecated and will be removed in fedselect 1.0; use --client-dropout" in err
     assert "--engine is deprecated" in err and "use --path" in err
+    # a preset written with the former names: its values under the new ones, an option given winning
+    federation, trainer = {}, {"engine": "compiled", "dropout": 0.1}
+    _apply_overrides(parser.parse_args(["run", "--path", "eager"]), federation, trainer)
+    assert trainer["path"] == "eager" and trainer["client_dropout"] == 0.1
+    assert "engine" not in trainer and "dropout" not in trainer
     with pytest.raises(ValueError, match="--dropout is the former name of --client-dropout; give one of them"):
         _apply_overrides(parser.parse_args(["run", "--dropout", "0.3", "--client-dropout", "0.2"]), {}, {})
     assert main(["run", "--dropout", "0.3", "--client-dropout", "0.2"]) == 2

@@ -70,6 +70,22 @@ def test_the_trainer_trains_the_same_bits_with_optimizer_as_with_flat_keywords(d
     assert trainer_identity(flat) == trainer_identity(one)  # one run, one key
 
 
+def test_a_comparison_keys_localsgd_as_the_flat_keys_it_sets():
+    """A comparison's run key holds the settings given: LocalSGD's fields away from their defaults, as flat keys."""
+    from fedselect.experiments.plan import run_settings
+    from fedselect.identity import run_key
+
+    spec = {"dataset": "digits", "n_clients": 8}
+
+    def key(trainer):
+        return run_key(run_settings(spec, {"rounds": 2, **trainer}, "random", 0))
+
+    assert key({"optimizer": LocalSGD(lr=0.1)}) == key({"lr": 0.1})
+    assert key({"optimizer": LocalSGD(lr=0.1, momentum=0.9)}) == key({"lr": 0.1, "momentum": 0.9})
+    assert key({"optimizer": LocalSGD()}) == key({})
+    assert key({"optimizer": LocalSGD(lr=0.1)}) != key({"lr": 0.2})
+
+
 def test_flat_keywords_warn_and_setting_both_is_an_error(digits_fed):
     with pytest.warns(DeprecationWarning, match=r"flat optimiser keywords \(lr=0.1\).*optimizer=LocalSGD\(lr=0.1\)"):
         _fit(digits_fed, lr=0.1)

@@ -514,7 +514,8 @@ def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], train
     for opt in options():
         if opt.param in given and opt.param not in former:
             (federation if opt.section == "federation" else trainer)[opt.param] = given[opt.param]
-    for old, new in former.items():  # a former option name: its value under the new name, and a word on stderr
+    for old, new in former.items():  # a former name: its value under the new name (an option given wins)
+        preset_value = trainer.pop(old, None)  # a preset written with the former name
         if old in given:
             if new in given:
                 raise ValueError(f"{_flags(old)[0]} is the former name of {_flags(new)[0]}; give one of them")
@@ -522,8 +523,9 @@ def _apply_overrides(args: argparse.Namespace, federation: dict[str, Any], train
                 f"fedselect: {_flags(old)[0]} is deprecated and will be removed in fedselect 1.0; use {_flags(new)[0]}",
                 file=sys.stderr,
             )
-            trainer.pop(old, None)
             trainer[new] = given[old]
+        elif preset_value is not None and new not in given:
+            trainer.setdefault(new, preset_value)
     for param, (value, _) in CLI_DEFAULTS.items():
         if param not in given:
             trainer[param] = value

@@ -22,7 +22,7 @@ pickle format of earlier versions (``FEDSELECT-CHECKPOINT-1``) is never unpickle
 raises :class:`LegacyCheckpointError`, so that finished work is not discarded without the
 user's say (see its message).
 
-Files are written atomically (:mod:`fedselect.simulation.files`): a ``kill -9`` at any moment
+Files are written atomically (:mod:`fedselect.storage`): a ``kill -9`` at any moment
 leaves either the previous checkpoint or the new one, never a mix.
 """
 

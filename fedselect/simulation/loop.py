@@ -198,7 +198,7 @@ def _start(trainer: Any, fed: Any, setup: RunSetup) -> RunState:
         threshold = float(trainer.divergence) * engine.test(theta, buffers)[0]
     start, finished, checkpoints = 0, False, None
     if trainer.checkpoint_dir is not None:
-        checkpoints = Checkpointer(setup, fed, selector, theta, local_path=local_path)
+        checkpoints = Checkpointer(setup, fed, selector, theta)
         checkpoints.check_checkpointable(selector)
         resumed = checkpoints.read(selector, theta, buffers)
         if resumed is not None:

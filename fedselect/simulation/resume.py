@@ -74,8 +74,6 @@ class Checkpointer:
         The run's fitted selector (its class and parameters are part of the run's identity).
     theta0 : torch.Tensor
         The initial flat parameters.
-    local_path : str, optional
-        The engine's computing path when it is one a run records (``"per-client"``): part of the identity.
 
     Notes
     -----
@@ -84,9 +82,7 @@ class Checkpointer:
     O(new rounds) Python work plus serialising the selector and the model and one fsync.
     """
 
-    def __init__(
-        self, setup: RunSetup, fed: Any, selector: BaseSelector, theta0: torch.Tensor, local_path: str | None = None
-    ) -> None:
+    def __init__(self, setup: RunSetup, fed: Any, selector: BaseSelector, theta0: torch.Tensor) -> None:
         from ..identity import checkpoint_fingerprint
 
         tr = setup.trainer
@@ -96,8 +92,6 @@ class Checkpointer:
         fingerprint = checkpoint_fingerprint(tr, fed, selector, theta0)
         if setup.profiles is not None and setup.clock_observed:  # the devices fix which clients fail and when
             fingerprint["clock.profiles"] = setup.profiles.fingerprint()
-        if local_path is not None:  # a recorded computing path (per-client): a vmapped checkpoint is another run
-            fingerprint["engine.local_path"] = local_path
         self.fingerprint = fingerprint
         self._rounds: list[dict[str, Any]] = []  # the history's rounds as JSON, kept between writes
 

@@ -63,12 +63,12 @@ class RunSetup:
 
     def __init__(self, trainer: Any, fed: Any) -> None:
         self.trainer = trainer
+        _check(trainer, fed)
         #: ``client_dropout`` and ``path``, or their deprecated names (warned about here; both set: an error).
         self.client_dropout = float(
             renamed("FederatedTrainer", "dropout", trainer.dropout, "client_dropout", trainer.client_dropout, 0.0)
         )
         self.path = str(renamed("FederatedTrainer", "engine", trainer.engine, "path", trainer.path, "eager"))
-        _check(trainer, fed)
         self.n_clients = int(fed.n_clients)
         self.n_samples = fed.n_samples
         #: The local optimiser (``optimizer`` or the deprecated flat keywords, checked and warned about here).

@@ -145,6 +145,9 @@ def test_availability_per_client_and_as_a_callable(fed):
         ({"client_dropout": 1.0}, r"client_dropout=1.0 is invalid; expected a finite number in \[0, 1\)"),
         ({"client_dropout": -0.1}, r"client_dropout=-0.1"),
         ({"client_dropout": float("nan")}, r"client_dropout=nan"),
+        ({"client_dropout": "high"}, r"client_dropout='high' is invalid"),
+        ({"client_dropout": None}, r"client_dropout=None is invalid"),
+        ({"dropout": "high"}, r"dropout='high' is invalid"),  # the former name is checked as well
         ({"availability": [0.5] * 3}, r"availability=.*expected None, or 20 probabilities"),
         ({"availability": np.full(20, 1.5)}, "availability"),
         ({"availability": lambda f: np.ones(3)}, r"availability=.*-> .*expected None, or 20"),

@@ -6,7 +6,7 @@ CPU's kernels compute more slowly than the clients' own convolutions one after a
 10 clients x 12 steps of 50: about 1.6x; ``benchmarks/speed/bench_peers.md``). Matrix products keep the batched
 paths: there one product over every client is faster than a loop (the chain path, and vmap for other models).
 The two compute the same SGD with other float rounding, so the run records the path it took (``local_path``
-in its settings and checkpoint) and a vmapped checkpoint is not resumed on it.
+in its settings); like the device, which it follows, it is not part of a checkpoint's identity.
 """
 
 from __future__ import annotations
