@@ -95,9 +95,14 @@ def _options(parser: argparse.ArgumentParser, path: str = "fedselect"):
 
 
 def test_every_option_has_help_and_its_default():
+    from fedselect.cli.options import former_names
+
     seen = 0
     for path, action in _options(build_parser()):
         name = "/".join(action.option_strings) or action.dest
+        if action.help == argparse.SUPPRESS:  # hidden: only the former names of renamed options
+            assert action.dest in former_names(), f"{path} {name} is hidden without being a former name"
+            continue
         assert action.help and action.help.strip(), f"{path} {name} has no help"
         takes_value = action.option_strings and action.nargs != 0  # not a flag such as --overwrite
         if takes_value:
@@ -147,8 +152,8 @@ def test_an_option_not_given_is_left_at_pythons_default(command):
             assert opt.default == defaults[opt.section][opt.param], opt
     parser = {a.dest: a for a in build_parser()._subparsers._group_actions[0].choices[command]._actions}
     for opt in options():
-        if opt.param in CLI_DEFAULTS or opt.default is UNSET:
-            continue
+        if opt.param in CLI_DEFAULTS or opt.default is UNSET or parser[opt.param].help == argparse.SUPPRESS:
+            continue  # a former name (--dropout) is hidden; its help is the new name's
         shown = (
             "none"
             if opt.default is None
