@@ -161,7 +161,9 @@ class LossChangeGP(gpytorch.Module):
             out[partial] = self._partial_log_probs(values[partial], missing[partial])
         return out
 
-    def _partial_log_probs(self, values: torch.Tensor, missing: torch.Tensor) -> torch.Tensor:
+    def _partial_log_probs(
+        self, values: torch.Tensor, missing: torch.Tensor, root: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The exact marginal log-likelihood of each row's observed entries, all rows in one batch.
 
         With D the noise diagonal, w = (observed) / D (0 for a missing client), r = v - mu
@@ -174,7 +176,7 @@ class LossChangeGP(gpytorch.Module):
         observed = (~missing).to(values.dtype)
         w = observed / self.noise_diag  # (M, N)
         r = torch.where(missing, torch.zeros_like(values), values - self.mean)
-        root = self.root  # (N, d)
+        root = self.root if root is None else root  # (N, d)
         eye = torch.eye(self.rank, dtype=values.dtype, device=values.device)
         A = eye + torch.einsum("nd,mn,ne->mde", root, w, root)  # (M, d, d)
         b = (w * r) @ root  # (M, d)
@@ -209,7 +211,8 @@ class LossChangeGP(gpytorch.Module):
             G = R (W A^{-1} / s^2 + Z diag(w) Z^T / s^6) - r^T diag(w) Z^T / s^4,   Z = [z_1 .. z_M].
 
         Stacking ``H = [R, r^T]`` (N x (d + M)), a step is two products with H: ``H^T R`` gives
-        ``R^T R`` and the ``b_m``, and ``H [K; C]`` gives G; everything else is d x d. So a step
+        ``R^T R`` and the ``b_m``, and ``H [K; C]`` gives G (computed as ``G^T`` from ``H^T``, stored
+        row-major: :class:`_ClosedForm`); everything else is d x d. So a step
         costs 2 N d (d + M) multiply-adds, O(N (d + M)) memory, and no autograd graph.
         Vectors with missing entries add :meth:`_partial_log_probs` and its autograd gradient,
         as :meth:`log_probs` does.
@@ -218,49 +221,15 @@ class LossChangeGP(gpytorch.Module):
         -------
         callable
             ``f() -> (value, gradient)``: minus the objective of Eq. (17) (a 0-d tensor) and
-            its gradient with respect to the root ``X^T`` (N x d).
+            its gradient with respect to the root ``X^T`` (N x d), in one buffer that each call overwrites.
         """
-        values = torch.as_tensor(values, dtype=DTYPE, device=self.device)
-        weights = torch.as_tensor(weights, dtype=DTYPE, device=self.device)
-        missing = torch.isnan(values)
-        complete = ~missing.any(dim=1)
-        s2 = self.noise**2
-        d = self.rank
-        eye = torch.eye(d, dtype=DTYPE, device=self.device)
-        root = self.root
-        with torch.no_grad():
-            resid = values[complete] - self.mean  # (Mc, N)
-            const = (resid * resid).sum(1) / s2 + self.n_clients * math.log(2 * math.pi * s2)
-            stacked = torch.empty(self.n_clients, d + resid.shape[0], dtype=DTYPE, device=self.device)  # H = [R, r^T]
-            stacked[:, d:] = resid.mT
-        w = weights[complete]
-        total_w = float(w.sum())  # once per fit
-        partial = ~complete
-        w_partial, v_partial, m_partial = weights[partial], values[partial], missing[partial]
-        any_complete, any_partial = bool(complete.any()), bool(partial.any())
+        solver = _ClosedForm(self, values, weights)
 
         def value_and_grad() -> tuple[torch.Tensor, torch.Tensor]:
-            value = root.new_zeros(())
-            grad = torch.zeros_like(root)
-            if any_complete:
-                with torch.no_grad():
-                    stacked[:, :d] = root
-                    products = stacked.mT @ root  # [R^T R; b^T] ((d + Mc) x d)
-                    chol = torch.linalg.cholesky(eye + products[:d] / s2)
-                    b = products[d:]  # (Mc, d)
-                    z = torch.cholesky_solve(b.mT, chol)  # (d, Mc)
-                    quad = (b * z.mT).sum(1) / (s2 * s2)
-                    logdet = 2 * torch.log(torch.diagonal(chol)).sum()
-                    value = value + 0.5 * (w * (const - quad + logdet)).sum()
-                    wz = z * w  # (d, Mc): column m is w_m z_m
-                    k = torch.cholesky_inverse(chol) * (total_w / s2) + (wz @ z.mT) / s2**3
-                    grad = stacked @ torch.cat([k, -wz.mT / (s2 * s2)])
-            if any_partial:
-                part = -(w_partial * self._partial_log_probs(v_partial, m_partial)).sum()
-                (g_part,) = torch.autograd.grad(part, root)
-                value = value + part.detach()
-                grad = grad + g_part
-            return value, grad
+            with torch.no_grad():
+                solver.x.copy_(self.root.mT)
+            value, grad = solver.step()
+            return value, grad.mT
 
         return value_and_grad
 
@@ -314,13 +283,14 @@ class LossChangeGP(gpytorch.Module):
         v = torch.as_tensor(np.asarray(values, dtype=np.float64), device=self.device)
         w = torch.as_tensor(np.asarray(weights, dtype=np.float64), device=self.device)
         with num_threads(threads_for(self.n_clients)):
-            closed = self.closed_form_objective(v, w) if solver == "closed-form" else None
-            optimizer = _adam(self.root, lr)
+            closed = _ClosedForm(self, v, w) if solver == "closed-form" else None
+            param = self.root if closed is None else closed.x  # Adam is elementwise: the same update either way
+            optimizer = _adam(param, lr)
             initial = float("nan")
             for i in range(int(iterations)):
                 optimizer.zero_grad(set_to_none=True)
                 if closed is not None:
-                    loss, self.root.grad = closed()
+                    loss, param.grad = closed.step()
                 else:
                     loss = self.weighted_nll(v, w)
                     loss.backward()
@@ -328,7 +298,9 @@ class LossChangeGP(gpytorch.Module):
                     initial = float(loss.detach())  # the objective before any step, read from the first pass
                 optimizer.step()
             if closed is not None:
-                nll = float(closed()[0])
+                nll = float(closed.step()[0])  # (vectors with missing entries take their gradient by autograd)
+                with torch.no_grad():
+                    self.root.copy_(closed.x.mT)
             else:
                 with torch.no_grad():
                     nll = float(self.weighted_nll(v, w))
@@ -346,6 +318,67 @@ class LossChangeGP(gpytorch.Module):
         cov = root @ root.T
         cov[np.diag_indices_from(cov)] += self.noise**2
         return cov
+
+
+class _ClosedForm:
+    """:meth:`LossChangeGP.closed_form_objective`'s step in the layout that suits its products.
+
+    ``stacked`` is ``H^T = [X; r]`` ((d + Mc) x N, rows contiguous) and ``x``, its first d rows, is
+    the X the step reads (a view: the fit runs Adam on it in place, so H never needs X copied
+    in). A step is ``H^T X^T`` ((d + Mc) x d) and ``G^T = [K^T, -W Z^T / s^4] H^T`` into one
+    reused d x N buffer. On the CPU these wide products run 1.5-2x faster than the N-row ones
+    of the N x d layout, and a fresh N x d result per step would pay its page faults again
+    (at N = 1,000,000, 120 MB each); ``benchmarks/speed/bench_scale_1m.txt`` has the figures.
+    """
+
+    def __init__(self, gp: LossChangeGP, values: torch.Tensor, weights: torch.Tensor) -> None:
+        values = torch.as_tensor(values, dtype=DTYPE, device=gp.device)
+        weights = torch.as_tensor(weights, dtype=DTYPE, device=gp.device)
+        self.gp = gp
+        missing = torch.isnan(values)
+        complete = ~missing.any(dim=1)
+        self.s2 = gp.noise**2
+        d = gp.rank
+        self.eye = torch.eye(d, dtype=DTYPE, device=gp.device)
+        with torch.no_grad():
+            resid = values[complete] - gp.mean  # (Mc, N)
+            self.const = (resid * resid).sum(1) / self.s2 + gp.n_clients * math.log(2 * math.pi * self.s2)
+            self.stacked = torch.empty(d + resid.shape[0], gp.n_clients, dtype=DTYPE, device=gp.device)
+            self.stacked[d:] = resid
+            self.stacked[:d] = gp.root.mT
+        self.x = self.stacked[:d]
+        self.grad = torch.empty_like(self.x)
+        self.w = weights[complete]
+        self.total_w = float(self.w.sum())  # once per fit
+        partial = ~complete
+        self.w_partial, self.v_partial, self.m_partial = weights[partial], values[partial], missing[partial]
+        self.any_complete, self.any_partial = bool(complete.any()), bool(partial.any())
+
+    def step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Minus the objective at ``x`` and its gradient in X ((d, N), the reused buffer)."""
+        d, s2, w, grad = self.gp.rank, self.s2, self.w, self.grad
+        value = self.x.new_zeros(())
+        if not self.any_complete:
+            grad.zero_()
+        else:
+            with torch.no_grad():
+                products = self.stacked @ self.x.mT  # [X X^T; b^T]: (d + Mc) x d
+                chol = torch.linalg.cholesky(self.eye + products[:d] / s2)
+                b = products[d:]  # (Mc, d)
+                z = torch.cholesky_solve(b.mT, chol)  # (d, Mc)
+                quad = (b * z.mT).sum(1) / (s2 * s2)
+                logdet = 2 * torch.log(torch.diagonal(chol)).sum()
+                value = value + 0.5 * (w * (self.const - quad + logdet)).sum()
+                wz = z * w  # (d, Mc): column m is w_m z_m
+                k = torch.cholesky_inverse(chol) * (self.total_w / s2) + (wz @ z.mT) / s2**3  # symmetric
+                torch.matmul(torch.cat([k, -wz / (s2 * s2)], dim=1), self.stacked, out=grad)
+        if self.any_partial:
+            root = self.x.detach().mT.requires_grad_(True)
+            part = -(self.w_partial * self.gp._partial_log_probs(self.v_partial, self.m_partial, root)).sum()
+            (g_part,) = torch.autograd.grad(part, root)
+            value = value + part.detach()
+            grad.add_(g_part.mT)
+        return value, grad
 
 
 def _adam(param: torch.Tensor, lr: float) -> torch.optim.Optimizer:
