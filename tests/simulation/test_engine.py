@@ -173,9 +173,11 @@ def _padded_reference(eng, theta, batches, *, lr, weight_decay, prox_mu, momentu
     return (params - anchor).detach()
 
 
-def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed):
+@pytest.mark.parametrize("momentum", [0.9, 0.0])
+def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed, momentum):
     """Clients with fewer local steps drop out of the batched step once done; the numbers are those of the padded
-    computation bit for bit (dropout masks included), so runs recorded before are reproduced exactly."""
+    computation bit for bit (dropout masks included), so runs recorded before are reproduced exactly (with
+    momentum, and plain SGD, whose update scales the gradient in place)."""
     from fedselect.data import make_federation
 
     fed = make_federation("digits", partition="dirichlet", alpha=0.3, n_clients=10, random_state=4)
@@ -186,7 +188,7 @@ def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed):
     batches = eng.client_batches(fed.client_indices, LocalSchedule(16, epochs=2), 3, 1, chosen)
     assert len({len(b) for b in batches}) > 2  # clients of several lengths, in no particular order
     theta = eng.initial_parameters()
-    kw = dict(lr=0.05, weight_decay=1e-3, prox_mu=0.1, momentum=0.9, dropout_seed=77)
+    kw = dict(lr=0.05, weight_decay=1e-3, prox_mu=0.1, momentum=momentum, dropout_seed=77)
     got = eng.train(theta, batches, **kw)
     after = torch.get_rng_state()
     want = _padded_reference(eng, theta, batches, **kw)

@@ -103,8 +103,10 @@ class ChainUpdate:
                 if self.nesterov:
                     g = g.add_(torch.mul(v[:k], self.momentum, out=t))
                 else:
-                    g = v[:k]
-            cur.sub_(torch.mul(g, factor, out=t))
+                    cur.sub_(torch.mul(v[:k], factor, out=t))  # the velocity itself must not be scaled
+                    continue
+            # the gradient is ours to overwrite: scaling it in place spares a pass through another buffer of its size
+            cur.sub_(g.mul_(factor))
 
 
 @dataclass(frozen=True)
