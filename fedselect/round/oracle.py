@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from ..aggregation import all_finite
 from ..clock import RoundClock
 from ..ledger import Costs, RoundLedger
 from ..selection import ClientOracle, Selection
@@ -128,7 +129,7 @@ def _numpy(x: Any) -> np.ndarray:
 
 
 def _finite(theta: Any) -> bool:
-    return bool(torch.isfinite(theta).all()) if isinstance(theta, torch.Tensor) else bool(np.isfinite(theta).all())
+    return all_finite(theta) if isinstance(theta, torch.Tensor) else bool(np.isfinite(theta).all())
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ import torch
 
 from .._console import bars_wanted
 from .._validation import InvalidParameterError
+from ..aggregation import all_finite
 from ..clock import SimulatedClock
 from ..ledger import RoundLedger
 from ..round import OpenRound, open_round
@@ -243,7 +244,7 @@ def _play_round(trainer: Any, state: RunState) -> Generator[Request, Any, RoundR
     agg = opened.conclude(reply)
     if agg.buffers is not None:
         state.buffers = agg.buffers
-    if not bool(torch.isfinite(agg.theta).all()):
+    if not all_finite(agg.theta):
         raise FloatingPointError(
             f"FederatedTrainer: the global model became NaN/inf in round {t} (selector "
             f"{type(state.selector).__name__}, lr={record.lr}); lower the learning rate or check the selection weights"

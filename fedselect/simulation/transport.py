@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..aggregation import apply_deltas
+from ..aggregation import apply_deltas, finite_rows
 from ..clock import RoundClock
 from ..ledger import RoundLedger
 from ..optim import LocalSGD
@@ -171,7 +171,7 @@ class EngineClients(TransportPolicies):
             self.sample_sq.update(zip(ids.tolist(), np.asarray(result[2], dtype=np.float64).tolist()))
         for i, k in enumerate(ids.tolist()):
             self.client_buffers[int(k)] = {name: b[i] for name, b in bufs.items()}
-        bad = ~torch.isfinite(deltas).all(dim=1)
+        bad = ~finite_rows(deltas)
         if bool(bad.any()):
             raise FloatingPointError(
                 f"round {self.round}: the local training of client(s) {ids[bad.numpy()][:5].tolist()} diverged "

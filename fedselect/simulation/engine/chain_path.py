@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .base import LocalPath, LocalRound, Workspace
-from .chain import LinearChain, Noise, chain_backward
+from .chain import LinearChain, Noise, chain_backward, same_bits_contiguous
 
 __all__ = ["ChainPath", "ChainRun", "ChainSchedule", "ChainUpdate"]
 
@@ -143,6 +143,18 @@ class ChainPath(LocalPath):
         self.work = work
         self.chain = chain
         self.by_hand = by_hand
+        self._layouts: dict[tuple[int, int], tuple[bool, ...]] = {}
+
+    def layouts(self, k: int, batch: int, params: Sequence[torch.Tensor]) -> tuple[bool, ...]:
+        """Per linear layer, whether its weight gradient is computed laid out as the weight (:func:`~.chain.
+        same_bits_contiguous`, probed once per ``(k, batch)`` on the CPU: autograd's bits either way)."""
+        found = self._layouts.get((k, batch))
+        if found is None:
+            dev = self.work.device
+            shapes = [params[arg[0]].shape for kind, arg in self.chain.positional if kind == "linear"]
+            found = tuple(dev.type == "cpu" and same_bits_contiguous(k, batch, w[2], w[1], dev) for w in shapes)
+            self._layouts[(k, batch)] = found
+        return found
 
     def key(self) -> tuple[Any, ...]:
         """The path and the chain's plan."""
@@ -252,8 +264,11 @@ class ChainPath(LocalPath):
         k, B = mask.shape
         # d objective / d loss_(c,b) = mask_(c,b) / denom_c, formed as autograd forms it
         weights = torch.ones(k, device=self.work.device).div_(denom).unsqueeze(1).expand(k, B) * mask
+        layout = self.layouts(k, B, params)
         with torch.no_grad():
-            return chain_backward(self.chain.positional, params, x, noise, targets, weights, want_losses=want_losses)
+            return chain_backward(
+                self.chain.positional, params, x, noise, targets, weights, want_losses=want_losses, contiguous=layout
+            )
 
     def gradients_autograd(
         self,
