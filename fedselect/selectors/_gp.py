@@ -325,10 +325,12 @@ class _ClosedForm:
 
     ``stacked`` is ``H^T = [X; r]`` ((d + Mc) x N, rows contiguous) and ``x``, its first d rows, is
     the X the step reads (a view: the fit runs Adam on it in place, so H never needs X copied
-    in). A step is ``H^T X^T`` ((d + Mc) x d) and ``G^T = [K^T, -W Z^T / s^4] H^T`` into one
-    reused d x N buffer. On the CPU these wide products run 1.5-2x faster than the N-row ones
-    of the N x d layout, and a fresh N x d result per step would pay its page faults again
-    (at N = 1,000,000, 120 MB each); ``benchmarks/speed/bench_scale_1m.txt`` has the figures.
+    in). A step is ``H^T X^T`` ((d + Mc) x d) and ``G^T = [K^T, -Z W / s^4] H^T`` (``Z W``:
+    d x Mc, column m is ``w_m z_m``) into one reused d x N buffer. Measured at N = 1,000,000
+    with one thread (``benchmarks/speed/bench_gp_step.txt``): a step of the N x d layout with a
+    fresh N x d gradient (120 MB, and its page faults) each step took about twice as long. The
+    rounding differs from that layout's, so a closed-form fit is not bit-for-bit the one of
+    fedselect versions before it (the default solver's fits are unchanged).
     """
 
     def __init__(self, gp: LossChangeGP, values: torch.Tensor, weights: torch.Tensor) -> None:
@@ -370,8 +372,8 @@ class _ClosedForm:
                 logdet = 2 * torch.log(torch.diagonal(chol)).sum()
                 value = value + 0.5 * (w * (self.const - quad + logdet)).sum()
                 wz = z * w  # (d, Mc): column m is w_m z_m
-                k = torch.cholesky_inverse(chol) * (self.total_w / s2) + (wz @ z.mT) / s2**3  # symmetric
-                torch.matmul(torch.cat([k, -wz / (s2 * s2)], dim=1), self.stacked, out=grad)
+                k = torch.cholesky_inverse(chol) * (self.total_w / s2) + (wz @ z.mT) / s2**3
+                torch.matmul(torch.cat([k.mT, -wz / (s2 * s2)], dim=1), self.stacked, out=grad)
         if self.any_partial:
             root = self.x.detach().mT.requires_grad_(True)
             part = -(self.w_partial * self.gp._partial_log_probs(self.v_partial, self.m_partial, root)).sum()

@@ -173,11 +173,17 @@ def _padded_reference(eng, theta, batches, *, lr, weight_decay, prox_mu, momentu
     return (params - anchor).detach()
 
 
-@pytest.mark.parametrize("momentum", [0.9, 0.0])
-def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed, momentum):
+@pytest.mark.parametrize(
+    "options",
+    [dict(weight_decay=1e-3, prox_mu=0.1, momentum=0.9), dict(weight_decay=1e-3, prox_mu=0.1), {}],
+    ids=["momentum", "decay-prox", "plain"],
+)
+def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed, options):
     """Clients with fewer local steps drop out of the batched step once done; the numbers are those of the padded
     computation bit for bit (dropout masks included), so runs recorded before are reproduced exactly (with
-    momentum, and plain SGD, whose update scales the gradient in place)."""
+    momentum, and without, where the update scales the gradient in place). The MLP's layers mix the two
+    gradient layouts (its 64x64 layer is laid out as the weight where that has autograd's bits, its output layer
+    never: :func:`~fedselect.simulation.engine.chain.same_bits_contiguous`)."""
     from fedselect.data import make_federation
 
     fed = make_federation("digits", partition="dirichlet", alpha=0.3, n_clients=10, random_state=4)
@@ -188,12 +194,58 @@ def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed, mo
     batches = eng.client_batches(fed.client_indices, LocalSchedule(16, epochs=2), 3, 1, chosen)
     assert len({len(b) for b in batches}) > 2  # clients of several lengths, in no particular order
     theta = eng.initial_parameters()
-    kw = dict(lr=0.05, weight_decay=1e-3, prox_mu=0.1, momentum=momentum, dropout_seed=77)
+    kw = dict(lr=0.05, weight_decay=0.0, prox_mu=0.0, momentum=0.0, dropout_seed=77) | options
     got = eng.train(theta, batches, **kw)
     after = torch.get_rng_state()
     want = _padded_reference(eng, theta, batches, **kw)
     assert torch.equal(got, want)
     assert torch.equal(after, torch.get_rng_state())  # the same masks were drawn
+
+
+def test_a_small_linear_model_keeps_autograds_bits():
+    """A layer too small to probe keeps autograd's layout: a 10 -> 4 logistic regression on batches of 16 (where
+    one Gaussian draw of a lone client's product agreed by chance in both layouts, and the contiguous form then
+    changed the run's bits) trains as the padded autograd reference, bit for bit."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(600, 10)).astype(np.float32)
+    y = rng.integers(0, 4, 600)
+    parts = [np.arange(0, 40), np.arange(40, 240), np.arange(240, 304)]
+    torch.manual_seed(0)
+    eng = Engine(LogisticRegression((10,), 4), X, y, parts, X[:10], y[:10])
+    batches = eng.client_batches(parts, LocalSchedule(16, epochs=1), seed=0, round=0, clients=[0, 1, 2])
+    theta = eng.initial_parameters()
+    kw = dict(lr=0.05, weight_decay=0.0, prox_mu=0.0, momentum=0.0, dropout_seed=3)
+    assert torch.equal(eng.train(theta, batches, **kw), _padded_reference(eng, theta, batches, **kw))
+
+
+def test_the_layout_probe_says_yes_only_where_both_layouts_have_the_same_bits():
+    from fedselect.simulation.engine.chain import CONTIGUOUS_MIN_ENTRIES, same_bits_contiguous
+
+    cpu = torch.device("cpu")
+    assert not same_bits_contiguous(1, 16, 10, 4, cpu)  # below CONTIGUOUS_MIN_ENTRIES: never probed
+    assert not same_bits_contiguous(3, 1, 784, 200, cpu)  # a batch of one: nothing to order
+    assert 10 * 4 < CONTIGUOUS_MIN_ENTRIES <= 784 * 200
+    gen = torch.Generator().manual_seed(123)  # other data than the probe's
+    for k, b, fan_in, fan_out in [(10, 50, 784, 200), (10, 50, 200, 200), (5, 64, 784, 64), (10, 50, 200, 64)]:
+        if same_bits_contiguous(k, b, fan_in, fan_out, cpu):
+            h = torch.relu(torch.randn(k, b, fan_in, generator=gen))
+            g = torch.randn(k, b, fan_out, generator=gen) * 1e-3
+            assert torch.equal(torch.bmm(h.transpose(1, 2), g).transpose(1, 2), torch.bmm(g.transpose(1, 2), h))
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-3])
+def test_a_loss_whose_gradient_is_broadcast_trains(weight_decay):
+    """A user's loss whose gradient autograd returns expanded (``out.sum(1)``) trains: the update, which scales
+    each gradient in place, gets a copy of it."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 60)
+    parts = [np.arange(0, 30), np.arange(30, 60)]
+    eng = Engine(LogisticRegression((5,), 3), X, y, parts, X[:10], y[:10], loss=lambda out, t: out.sum(1))
+    batches = eng.client_batches(parts, LocalSchedule(1, epochs=1), seed=0, round=0, clients=[0, 1])
+    theta = eng.initial_parameters()
+    deltas = eng.train(theta, batches, lr=0.01, weight_decay=weight_decay)
+    assert deltas.shape == (2, theta.numel()) and bool(torch.isfinite(deltas).all()) and bool((deltas != 0).any())
 
 
 def _odd_chain():

@@ -68,7 +68,8 @@ def test_the_compiled_path_is_a_chain_path_and_refuses_other_models():
 
 
 def test_the_one_backward_lays_weight_gradients_out_either_way_with_the_same_values():
-    """The eager chain path takes autograd's layout, the compiled graph the contiguous one: one function."""
+    """Autograd's layout or the contiguous one (the compiled graph's, and the eager path's where it has the same
+    bits): one function."""
     torch.manual_seed(0)
     model = FedCorMLP((1, 8, 8), 10, dropout=0.0)
     names = [n for n, _ in model.named_parameters()]

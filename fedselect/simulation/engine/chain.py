@@ -15,7 +15,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LinearChain", "chain_backward", "global_dropout_masks", "same_bits_contiguous"]
+__all__ = [
+    "CONTIGUOUS_MIN_ENTRIES",
+    "PROBE_DRAWS",
+    "LinearChain",
+    "chain_backward",
+    "global_dropout_masks",
+    "same_bits_contiguous",
+]
 
 Noise = Callable[[int, torch.Tensor], "torch.Tensor | None"]
 
@@ -120,20 +127,39 @@ def chain_backward(
     return grads, losses
 
 
-def same_bits_contiguous(clients: int, batch: int, fan_in: int, fan_out: int, device: torch.device) -> bool:
+#: Below this many weight entries a layer keeps autograd's layout unprobed: its transposed update costs little,
+#: and a small product's two summation orders can agree on a probe's data by chance.
+CONTIGUOUS_MIN_ENTRIES = 4096
+PROBE_DRAWS = 4
+
+
+def same_bits_contiguous(
+    clients: int, batch: int, fan_in: int, fan_out: int, device: torch.device, dtype: torch.dtype = torch.float32
+) -> bool:
     """Whether the contiguous weight gradient ``g^T h`` has autograd's bits ``(h^T g)^T`` at these shapes here.
 
-    Both products sum the same ``batch`` terms for each entry; whether the matrix library sums them in the same
-    order depends on the shapes and the library's kernels (with MKL on this project's CPUs: the same for the
-    MLPs' wide layers, not for a 10-class output layer). Probed once per shape on Gaussian data from a fixed
-    seed: two orders of summation that differ give different bits on such data. Where they agree, the eager
-    path takes the contiguous form, which keeps autograd's bits and spares the update a transposed pass over
-    the weight (about 6x slower on the CPU than a contiguous one).
+    Both products sum the same ``batch`` terms for each of the ``fan_out x fan_in`` entries; whether the matrix
+    library sums them in the same order depends on the shapes and its kernels (with MKL on this project's CPUs:
+    the same order for the MLPs' 784x200 and 200x200 layers, another for a 200x10 output layer). The probe
+    compares the two on :data:`PROBE_DRAWS` Gaussian draws from a fixed seed (terms of one magnitude, so a
+    different order rounds differently in a large share of the entries, and at least
+    :data:`CONTIGUOUS_MIN_ENTRIES` entries must all agree); a smaller layer, or a batch of one, is not probed
+    (False): a few entries can agree by chance, and its transposed update is cheap. Where the orders agree the
+    eager chain path takes the contiguous form, which spares the update a pass over a transposed view (several
+    times slower on the CPU than a contiguous one: ``benchmarks/speed/bench_update_layout.txt``).
     """
+    if fan_in * fan_out < CONTIGUOUS_MIN_ENTRIES or batch < 2:
+        return False
     gen = torch.Generator().manual_seed(0)
-    h = torch.randn(clients, batch, fan_in, generator=gen, device="cpu").to(device)
-    g = torch.randn(clients, batch, fan_out, generator=gen, device="cpu").to(device)
-    return bool(torch.equal(torch.bmm(h.transpose(1, 2), g).transpose(1, 2), torch.bmm(g.transpose(1, 2), h)))
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device="cpu").to(device=device, dtype=dtype)
+
+    for _ in range(PROBE_DRAWS):
+        h, g = draw(clients, batch, fan_in), draw(clients, batch, fan_out)
+        if not torch.equal(torch.bmm(h.transpose(1, 2), g).transpose(1, 2), torch.bmm(g.transpose(1, 2), h)):
+            return False
+    return True
 
 
 def global_dropout_masks(

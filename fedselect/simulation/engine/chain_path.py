@@ -146,13 +146,17 @@ class ChainPath(LocalPath):
         self._layouts: dict[tuple[int, int], tuple[bool, ...]] = {}
 
     def layouts(self, k: int, batch: int, params: Sequence[torch.Tensor]) -> tuple[bool, ...]:
-        """Per linear layer, whether its weight gradient is computed laid out as the weight (:func:`~.chain.
-        same_bits_contiguous`, probed once per ``(k, batch)`` on the CPU: autograd's bits either way)."""
+        """Per linear layer, whether its weight gradient is computed laid out as the weight: where
+        :func:`~.chain.same_bits_contiguous` finds that both layouts give the same bits, probed once per ``(k,
+        batch)`` on the CPU (elsewhere autograd's layout)."""
         found = self._layouts.get((k, batch))
         if found is None:
             dev = self.work.device
-            shapes = [params[arg[0]].shape for kind, arg in self.chain.positional if kind == "linear"]
-            found = tuple(dev.type == "cpu" and same_bits_contiguous(k, batch, w[2], w[1], dev) for w in shapes)
+            weights = [params[arg[0]] for kind, arg in self.chain.positional if kind == "linear"]
+            found = tuple(
+                dev.type == "cpu" and same_bits_contiguous(k, batch, w.shape[2], w.shape[1], dev, w.dtype)
+                for w in weights
+            )
             self._layouts[(k, batch)] = found
         return found
 
@@ -287,4 +291,6 @@ class ChainPath(LocalPath):
         losses = self.work.losses(out.flatten(0, 1), targets).view(k, B)
         objective = ((losses * mask).sum(1) / denom).sum()
         grads = list(torch.autograd.grad(objective, list(leaves.values())))
+        # the update scales a gradient in place: an expanded one (a loss whose gradient is a broadcast) is copied
+        grads = [g.contiguous() if any(st == 0 and n > 1 for st, n in zip(g.stride(), g.shape)) else g for g in grads]
         return grads, losses.detach()
