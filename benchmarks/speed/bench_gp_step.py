@@ -51,10 +51,10 @@ def worker(n: int, steps: int) -> dict[str, object]:
 
 
 def measure(checkout: Path, n: int, steps: int) -> dict[str, object]:
-    # fedselect from ``checkout`` (first on the path), this module from this checkout
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(checkout), str(ROOT)]), OMP_NUM_THREADS="1")
-    code = f"import json, benchmarks.speed.bench_gp_step as b; print(json.dumps(b.worker({n}, {steps})))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    # this file run as a script (its own folder first on the path, not a checkout's root), fedselect from ``checkout``
+    env = dict(os.environ, PYTHONPATH=str(checkout), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, __file__, "--worker", str(n), str(steps)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=checkout, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if Path(result["fedselect"]).resolve().parents[1] != checkout.resolve():
         raise RuntimeError(f"the worker imported {result['fedselect']}, not the checkout {checkout}")
@@ -76,7 +76,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--other", type=Path, default=None, help="another fedselect checkout to time alternately")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--worker", type=int, nargs=2, metavar=("N", "STEPS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(*args.worker)))
+        return
     sides = [("this", ROOT)] + ([("other", args.other.resolve())] if args.other else [])
     lines = [
         f"$ python -m benchmarks.speed.bench_gp_step {' '.join(sys.argv[1:])}",
