@@ -8,6 +8,7 @@ chain path (:mod:`.chain_path`) and the compiled step (:mod:`.compiled`) both ru
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -146,8 +147,17 @@ def same_bits_contiguous(
     :data:`CONTIGUOUS_MIN_ENTRIES` entries must all agree); a smaller layer, or a batch of one, is not probed
     (False): a few entries can agree by chance, and its transposed update is cheap. Where the orders agree the
     eager chain path takes the contiguous form, which spares the update a pass over a transposed view (several
-    times slower on the CPU than a contiguous one: ``benchmarks/speed/bench_update_layout.txt``).
+    times slower on the CPU than a contiguous one: ``benchmarks/speed/bench_update_layout.txt``). The answer is
+    cached for the process per shape, device, dtype and torch's thread count (engines of one comparison share it).
     """
+    return _probe_layout(clients, batch, fan_in, fan_out, torch.device(device), dtype, torch.get_num_threads())
+
+
+@functools.lru_cache(maxsize=4096)
+def _probe_layout(
+    clients: int, batch: int, fan_in: int, fan_out: int, device: torch.device, dtype: torch.dtype, threads: int
+) -> bool:
+    """:func:`same_bits_contiguous`'s probe, cached for the process per shape, device, dtype and thread count."""
     if fan_in * fan_out < CONTIGUOUS_MIN_ENTRIES or batch < 2:
         return False
     gen = torch.Generator().manual_seed(0)
