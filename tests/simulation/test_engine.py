@@ -183,7 +183,12 @@ def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed, op
     computation bit for bit (dropout masks included), so runs recorded before are reproduced exactly (with
     momentum, and without, where the update scales the gradient in place). The MLP's layers mix the two
     gradient layouts (its 64x64 layer is laid out as the weight where that has autograd's bits, its output layer
-    never: :func:`~fedselect.simulation.engine.chain.same_bits_contiguous`)."""
+    never: :func:`~fedselect.simulation.engine.chain.same_bits_contiguous`).
+
+    This holds where every client's block of every batched product starts 16-byte aligned (batch x width a
+    multiple of 4 floats for each layer, as in every recorded setting: batches of 16, 32, 50 and 64 on even
+    widths). Elsewhere MKL rounds a client's product by its address, so the chain's longest-first order, which
+    moves clients to other places, can change the last bits (``docs/devices.rst``, Reproducibility)."""
     from fedselect.data import make_federation
 
     fed = make_federation("digits", partition="dirichlet", alpha=0.3, n_clients=10, random_state=4)
@@ -200,6 +205,30 @@ def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed, op
     want = _padded_reference(eng, theta, batches, **kw)
     assert torch.equal(got, want)
     assert torch.equal(after, torch.get_rng_state())  # the same masks were drawn
+
+
+@pytest.mark.parametrize("options", [dict(momentum=0.9, weight_decay=1e-3), {}], ids=["momentum", "plain"])
+def test_a_clients_numbers_do_not_depend_on_its_place_in_the_round(options):
+    """The chain path reorders a round's clients (longest first) and maps the updates back: on aligned shapes a
+    client's update is the same bits whatever place the round gives it and whoever trains beside it."""
+    from fedselect.data import make_federation
+
+    fed = make_federation("digits", partition="dirichlet", alpha=0.3, n_clients=10, random_state=4)
+    torch.manual_seed(0)
+    eng = Engine(FedCorMLP(fed.input_shape, fed.n_classes), fed.X, fed.y, fed.loss_indices, fed.X_test, fed.y_test)
+    theta = eng.initial_parameters()
+    kw = dict(lr=0.05, weight_decay=0.0, prox_mu=0.0, momentum=0.0, dropout_seed=1) | options
+    sched = LocalSchedule(16, epochs=2)
+
+    def updates(clients):
+        batches = eng.client_batches(fed.client_indices, sched, 3, 1, clients)
+        return dict(zip(clients, eng.train(theta, batches, **kw)))
+
+    first = updates([2, 0, 7, 5, 9])
+    assert len({len(b) for b in eng.client_batches(fed.client_indices, sched, 3, 1, [2, 0, 7, 5, 9])}) > 2
+    for clients in ([9, 5, 7, 0, 2], [7, 2, 9], [0]):
+        for k, u in updates(clients).items():
+            assert torch.equal(u, first[k]), k
 
 
 def test_a_small_linear_model_keeps_autograds_bits():

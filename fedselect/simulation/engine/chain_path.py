@@ -4,7 +4,9 @@ Clients are ordered by their number of local steps, longest first, so the client
 first k_s rows and a finished client costs nothing (:class:`ChainSchedule`). Every client's numbers are those
 of the padded computation (its rows of each batched product, its own loss and gradient, its update; a
 finished client never moves there either), and the dropout masks are drawn for all N clients at every step,
-as the padded computation draws them, then restricted to the active rows. With the built-in cross-entropy
+as the padded computation draws them, then restricted to the active rows (bit for bit where each client's block
+of every product is 16-byte aligned, batch x width a multiple of 4 floats; elsewhere MKL rounds a block by its
+address, so the new order can change a client's last bits: ``docs/devices.rst``). With the built-in cross-entropy
 the gradients come from the chain's backward written out (:func:`~.chain.chain_backward`, autograd's bits),
 else from autograd.
 """
