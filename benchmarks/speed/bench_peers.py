@@ -37,7 +37,8 @@ Usage::
     python -m benchmarks.speed.bench_peers [--repeats 5] [--rounds 5] [--jobs mlp cnn] [--out]
 
 ``--out`` writes the report to ``benchmarks/speed/bench_peers.txt``; ``--profile`` prints where
-fedselect's MLP round spends its time (``torch.profiler``, one thread). What that profile found,
+fedselect's round of the first of ``--jobs`` (the MLP's by default, ``--jobs cnn`` the CNN's) spends its
+time (cProfile on CPU time, and ``torch.profiler``'s operators with ``--shapes``; one thread). What that profile found,
 and what it suggests for the hot path, is in ``bench_peers.md`` beside this script.
 """
 
@@ -244,13 +245,13 @@ def main(argv: list[str] | None = None) -> None:
         "--peers", type=Path, default=None, help=f"the peers' environments (default: {default_peers_dir()})"
     )
     ap.add_argument("--out", nargs="?", const=HERE / "bench_peers.txt", default=None, type=Path)
-    ap.add_argument("--profile", action="store_true", help="profile fedselect's MLP round instead")
+    ap.add_argument("--profile", action="store_true", help="profile fedselect's round of --jobs' first job instead")
     ap.add_argument("--shapes", action="store_true", help="with --profile: one row per operator and input shapes")
     args = ap.parse_args(argv)
     if args.profile:
         from benchmarks.speed.peers.profile_fedselect import main as profile
 
-        profile(rounds=args.rounds, shapes=args.shapes)
+        profile(rounds=args.rounds, shapes=args.shapes, job=args.jobs[0])
         return
     start, started = os.getloadavg(), time.perf_counter()
     report = run_benchmark(jobs=tuple(args.jobs), repeats=args.repeats, rounds=args.rounds, peers_dir=args.peers)

@@ -1,4 +1,4 @@
-"""Where fedselect's round of ``bench_peers``' MLP job spends its time (``bench_peers --profile``).
+"""Where fedselect's round of a ``bench_peers`` job spends its time (``bench_peers --profile [--jobs cnn]``).
 
 The MLP job (Fashion-MNIST, 100 clients of 2 label shards, 10 a round, MLP 784-200-200-10, one epoch
 of batch 50, lr 0.05, the mean) through ``FederatedTrainer(selector="random", n_threads=1)``, profiled
@@ -11,6 +11,10 @@ by own CPU time with their share, and the shares of the groups the lead decides 
 by: matrix products, gathers and indexing, copies, casts, subtractions, other torch calls, Python.
 ``shapes=True`` adds ``torch.profiler``'s operators with their input shapes (their times are wall
 time, so only their proportions mean something on a busy machine).
+
+``job="cnn"``: the CNN job instead (FedCor's CIFAR-10 CNN on the job's CIFAR-shaped pool, written
+as ``bench_peers`` writes it). Its local training is autograd's, so cProfile sees the backward pass
+as one built-in (``run_backward``); the operator table (``shapes=True``, implied) says what is in it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ GROUPS = (
     ("copy", ("copy_", "clone", "contiguous", "torch.cat", "torch.stack")),
     ("cast", ("'to'", "'float'", "'double'", "'type'", "_to_copy")),
     ("subtraction", ("sub", "__rsub__")),
+    ("convolution and pooling (forward)", ("conv", "pool")),
+    ("autograd's backward pass", ("run_backward",)),
 )
 
 
@@ -40,8 +46,29 @@ def _group(func: tuple[str, int, str]) -> str:
     return next((g for g, keys in GROUPS if any(k in name for k in keys)), "other torch calls")
 
 
+def _cnn_federation(n_clients: int) -> object:
+    """The CNN job's federation as ``bench_peers`` writes it and fedselect's driver reads it."""
+    import tempfile
+    from pathlib import Path
+
+    import fedselect
+    from benchmarks.speed.bench_peers import write_job
+    from benchmarks.speed.peers._common import load_job
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_job("cnn", Path(tmp), n_clients=n_clients, cnn_samples=50_000, dataset=None, seed=0)
+        job, X, y, parts = load_job(str(path))
+    Xn, yn = X.numpy(), y.numpy()
+    return fedselect.Federation(Xn, yn, list(parts), Xn[:500], yn[:500], n_classes=int(job["n_classes"]))
+
+
 def main(
-    rounds: int = 5, n_clients: int = 100, dataset: str = "fmnist", top: int = 15, shapes: bool = False
+    rounds: int = 5,
+    n_clients: int = 100,
+    dataset: str = "fmnist",
+    top: int = 15,
+    shapes: bool = False,
+    job: str = "mlp",
 ) -> dict[str, float]:
     """Profile ``rounds`` rounds after one warm-up; print the tables; return the group shares of CPU time."""
     import torch
@@ -49,9 +76,14 @@ def main(
 
     import fedselect
 
-    fed = fedselect.make_federation(
-        dataset, partition="shards", shards_per_client=2, n_clients=n_clients, random_state=0
-    )
+    if job == "cnn":
+        fed = _cnn_federation(n_clients)
+        model, model_params, shapes = "cnn", {}, True
+    else:
+        fed = fedselect.make_federation(
+            dataset, partition="shards", shards_per_client=2, n_clients=n_clients, random_state=0
+        )
+        model, model_params = "mlp", {"hidden": [200, 200]}
     cprof = cProfile.Profile(time.process_time)
     tprof = profile(activities=[ProfilerActivity.CPU], record_shapes=True) if shapes else None
     window: list[tuple[float, float]] = []
@@ -70,7 +102,7 @@ def main(
             window.append((time.perf_counter(), time.process_time()))
 
     fedselect.FederatedTrainer(
-        selector="random", model="mlp", model_params={"hidden": [200, 200]}, clients_per_round=10,
+        selector="random", model=model, model_params=model_params, clients_per_round=10,
         rounds=rounds + 2, local_epochs=1, batch_size=50, lr=0.05, aggregation="mean", eval_every=rounds + 2,
         stop_at_target=False, random_state=0, n_threads=1, callback=callback,
     ).fit(fed)  # fmt: skip
@@ -81,7 +113,7 @@ def main(
     total = sum(own.values())
     print(
         f"profile: {rounds} rounds after 1 warm-up, per round {wall / rounds:.4f} s wall, {cpu / rounds:.4f} s CPU "
-        f"({total / rounds:.4f} s inside the profiler's functions), torch {torch.__version__}, 1 thread"
+        f"({total / rounds:.4f} s inside the profiler's functions), torch {torch.__version__}, 1 thread, job {job}"
     )
     print("| function (own CPU time) | calls/round | ms/round | share |\n|---|---|---|---|")
     for func in sorted(own, key=own.__getitem__, reverse=True)[:top]:
