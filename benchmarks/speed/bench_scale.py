@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 SCHEDULE = 500
+PROGRESS_PREFIX = "BENCH_SCALE_ROUND "
 TEST_SIZE = 10_000
 CLIENTS_PER_ROUND = 10
 D_LOGISTIC = 610  # 60 features x 10 classes + 10 biases
@@ -185,6 +186,8 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
 
     def stop_when_spent(trainer: Any, record: Any) -> None:
+        # one line per round on stderr, so that a point killed at the time limit still says how far it got
+        print(f"{PROGRESS_PREFIX}{record.round} {time.perf_counter() - start:.1f}", file=sys.stderr, flush=True)
         if record.round + 1 >= need and time.perf_counter() - start > budget:
             raise _Budget
 
@@ -252,8 +255,16 @@ def run_point(label: str, name: str, params: dict[str, Any], n: int, args: argpa
             "MKL_NUM_THREADS": threads,
         }
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.budget * 3 + 600, env=env)
-    except subprocess.TimeoutExpired:
-        return {"label": label, "name": name, "params": params, "n": n, "error": "timed out", "load": [load0]}
+    except subprocess.TimeoutExpired as exc:
+        limit = args.budget * 3 + 600
+        return {
+            "label": label,
+            "name": name,
+            "params": params,
+            "n": n,
+            "error": timed_out_message(exc.stderr, limit),
+            "load": [load0],
+        }
     load1 = os.getloadavg()[0]
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -268,6 +279,18 @@ def run_point(label: str, name: str, params: dict[str, Any], n: int, args: argpa
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     res.update(label=label, load=[load0, load1])
     return res
+
+
+def timed_out_message(stderr: bytes | str | None, limit: float, schedule: int = SCHEDULE) -> str:
+    """What a point killed at ``limit`` seconds says: the rounds it finished, and the amortised time it exceeds.
+
+    Every round of the ``schedule`` costs at least nothing, so ``limit / schedule`` is a lower bound on the
+    amortised seconds per round of a run that had not finished its required rounds by then.
+    """
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else (stderr or "")
+    done = [ln[len(PROGRESS_PREFIX) :].split() for ln in text.splitlines() if ln.startswith(PROGRESS_PREFIX)]
+    last = f"; rounds 0-{done[-1][0]} finished by {float(done[-1][1]):.0f} s" if done else "; no round finished"
+    return f"timed out at {limit:.0f} s{last}; so more than {limit / schedule:.2f} s/round amortised"
 
 
 def summarise(res: dict[str, Any]) -> dict[str, Any]:
