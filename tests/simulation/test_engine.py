@@ -209,8 +209,9 @@ def test_finished_clients_stop_computing_without_changing_any_bit(digits_fed, op
 
 @pytest.mark.parametrize("options", [dict(momentum=0.9, weight_decay=1e-3), {}], ids=["momentum", "plain"])
 def test_a_clients_numbers_do_not_depend_on_its_place_in_the_round(options):
-    """The chain path reorders a round's clients (longest first) and maps the updates back: on aligned shapes a
-    client's update is the same bits whatever place the round gives it and whoever trains beside it."""
+    """The chain path reorders a round's clients (longest first) and maps the updates back: on aligned shapes and
+    without dropout (whose masks follow the place), a client's update is the same bits whatever place the round
+    gives it and whoever trains beside it."""
     from fedselect.data import make_federation
 
     fed = make_federation("digits", partition="dirichlet", alpha=0.3, n_clients=10, random_state=4)
